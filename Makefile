@@ -1,0 +1,58 @@
+# The project's contract with users, CI and reviewers. `make test` is the README's test command and
+# exactly what .ci/run runs; `make demo` runs the whole system locally.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv lint plugin-test pytest test unit stack-up stack-down stack-status demo crds bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(INSTALLED): pyproject.toml
+	@echo "==> virtualenv $(VENV) with the project and its test extras"
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@$(VPY) -m pip install -q --upgrade pip
+	@$(VPY) -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(INSTALLED)  ## create or update .venv
+
+lint: venv  ## ruff and mypy --strict
+	$(VENV)/bin/ruff check operator tests bench dev
+	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict dev/stack
+
+plugin-test:  ## the broker plugin's JUnit tests (Maven)
+	cd plugin && mvn -B -q test
+
+pytest: venv  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+unit: venv  ## only the tests that need no server
+	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
+
+test: lint plugin-test pytest  ## everything CI runs: lint, JUnit, pytest (the README's test command)
+
+stack-up:  ## install what is missing, start etcd, kube-apiserver, kube-controller-manager, Kafka; write build/stack.env
+	$(PYTHON) dev/stack/stack.py up
+
+stack-down:  ## stop everything stack-up started
+	$(PYTHON) dev/stack/stack.py down
+
+stack-status:  ## what is running
+	$(PYTHON) dev/stack/stack.py status
+
+demo: venv stack-up  ## the whole system locally
+	@echo "The local stack is running (see above). Source build/stack.env, then e.g.:"
+	@echo "  kubectl get --raw /readyz; kubectl get namespaces"
+	@echo "Stop it with: make stack-down"
+
+clean:  ## remove build output (not the caches under ~/.cache/kct)
+	rm -rf build plugin/target

@@ -1,0 +1,113 @@
+"""Fixtures shared by every test: the real servers for integration and end-to-end tests.
+
+By default the `stack` fixture reuses the local stack (`make stack-up`) or starts it, and stops it at the
+end of the session only when it started it. Users with Docker point the same tests at a `kind` cluster
+and a Kafka broker of their own instead:
+
+    KCT_TEST_KUBECONFIG=~/.kube/kind-kct KCT_TEST_KAFKA_BOOTSTRAP_SERVERS=localhost:9092 make test
+
+(see the README). Tests that must stop and restart Kafka skip against such external clusters.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+STACK_SCRIPT = REPO / "dev" / "stack" / "stack.py"
+STACK_ENV = REPO / "build" / "stack.env"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Where the servers are, and (for the local stack only) how to stop and restart Kafka."""
+
+    kubeconfig: Path
+    kafka_bootstrap: str
+    telemetry_endpoint: str
+    local: bool
+
+    def env(self) -> dict[str, str]:
+        """The environment a subprocess (operator, receiver, kubectl) needs to reach this stack."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["KAFKA_BOOTSTRAP_SERVERS"] = self.kafka_bootstrap
+        return env
+
+    def _stack(self, action: str) -> None:
+        if not self.local:
+            pytest.skip("stopping Kafka is only possible on the local stack")
+        subprocess.run([sys.executable, str(STACK_SCRIPT), action], check=True)
+
+    def kafka_stop(self) -> None:
+        self._stack("kafka-stop")
+
+    def kafka_start(self) -> None:
+        self._stack("kafka-start")
+
+
+def _stack_running() -> bool:
+    if not STACK_ENV.exists():
+        return False
+    out = subprocess.run([sys.executable, str(STACK_SCRIPT), "status"], capture_output=True, text=True)
+    return out.returncode == 0 and "stopped" not in out.stdout
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    external_kubeconfig = os.environ.get("KCT_TEST_KUBECONFIG")
+    external_kafka = os.environ.get("KCT_TEST_KAFKA_BOOTSTRAP_SERVERS")
+    if external_kubeconfig and external_kafka:
+        yield Stack(
+            kubeconfig=Path(external_kubeconfig).expanduser(),
+            kafka_bootstrap=external_kafka,
+            telemetry_endpoint=os.environ.get("KCT_TELEMETRY_ENDPOINT", "http://127.0.0.1:4318/v1/metrics"),
+            local=False,
+        )
+        return
+    was_running = _stack_running()
+    subprocess.run([sys.executable, str(STACK_SCRIPT), "up"], check=True)
+    values = read_env_file(STACK_ENV)
+    yield Stack(
+        kubeconfig=Path(values["KUBECONFIG"]),
+        kafka_bootstrap=values["KAFKA_BOOTSTRAP_SERVERS"],
+        telemetry_endpoint=values["KCT_TELEMETRY_ENDPOINT"],
+        local=True,
+    )
+    if not was_running and os.environ.get("KCT_KEEP_STACK") != "1":
+        subprocess.run([sys.executable, str(STACK_SCRIPT), "down"], check=False)
+
+
+@pytest.fixture(scope="session")
+def kube_api(stack: Stack) -> object:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(stack.kubeconfig))
+
+
+@pytest.fixture
+def namespace(kube_api: object) -> Iterator[str]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_api)
+    name = f"kct-test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
