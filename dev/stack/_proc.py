@@ -177,6 +177,7 @@ def wait_until(check: Callable[[], bool], *, timeout: float, what: str, log: Pat
         time.sleep(0.25)
     detail = ""
     if log is not None and log.exists():
-        detail = "\n--- last lines of " + str(log) + " ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        tail = log.read_text(errors="replace").splitlines()[-30:]
+        detail = f"\n--- last lines of {log} ---\n" + "\n".join(tail)
     print(f"error: {what} did not become ready within {timeout:.0f}s{detail}", file=sys.stderr)
     raise SystemExit(1)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _proc  # noqa: E402
-import kafka_broker  # noqa: E402
-import kube  # noqa: E402
+import _proc
+import kafka_broker
+import kube
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
