@@ -1,7 +1,8 @@
 """Fixtures shared by every test: the real servers for integration and end-to-end tests.
 
-By default the `stack` fixture reuses the local stack (`make stack-up`) or starts it, and stops it at the
-end of the session only when it started it. Users with Docker point the same tests at a `kind` cluster
+By default the `stack` fixture reuses the local stack (`make stack-up`) or starts it, and leaves it running
+for the next run (several pytest sessions may share it); `make stack-down` stops it, and
+`KCT_STOP_STACK=1` makes a session that started the stack stop it at the end. Users with Docker point the same tests at a `kind` cluster
 and a Kafka broker of their own instead:
 
     KCT_TEST_KUBECONFIG=~/.kube/kind-kct KCT_TEST_KAFKA_BOOTSTRAP_SERVERS=localhost:9092 make test
@@ -91,7 +92,7 @@ def stack() -> Iterator[Stack]:
         telemetry_endpoint=values["KCT_TELEMETRY_ENDPOINT"],
         local=True,
     )
-    if not was_running and os.environ.get("KCT_KEEP_STACK") != "1":
+    if not was_running and os.environ.get("KCT_STOP_STACK") == "1":
         subprocess.run([sys.executable, str(STACK_SCRIPT), "down"], check=False)
 
 
