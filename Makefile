@@ -32,7 +32,7 @@ lint: venv  ## ruff and mypy --strict
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 
 plugin-test:  ## the broker plugin's JUnit tests (Maven)
-	cd plugin && mvn -B -q test
+	cd plugin && mvn -B --no-transfer-progress test
 
 pytest: venv  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

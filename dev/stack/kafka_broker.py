@@ -1,0 +1,344 @@
+"""The local stack's Kafka: one KRaft node (broker + controller) on loopback, with our telemetry plugin.
+
+Named `kafka_broker`, not `kafka`: with dev/stack on sys.path a module called `kafka` would shadow the
+kafka-python package. Standard library only (it runs before any virtualenv exists).
+
+- `install()` copies the Kafka broker's jars (org.apache.kafka:kafka_2.13 and its runtime dependencies,
+  plus a log4j2 binding) from Maven Central with `mvn dependency:copy-dependencies` into
+  `~/.cache/kct/kafka/<version>/libs`, and builds the plugin jar (`plugin/`, Maven) unless it is newer
+  than every plugin source.
+- `up()` formats the storage once (`kafka.tools.StorageTool format`), starts `kafka.Kafka` with a small
+  heap, the libs plus the plugin jar on the classpath and the plugin in `metric.reporters` pointed at
+  the telemetry endpoint, then waits until the broker answers a Metadata request. A registered
+  client-telemetry plugin is what makes the broker advertise GetTelemetrySubscriptions (API key 71)
+  and PushTelemetry (72); without one, clients never push.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import socket
+import struct
+import uuid
+from pathlib import Path
+
+import _proc
+
+__all__ = [
+    "BOOTSTRAP",
+    "KAFKA_VERSION",
+    "PLUGIN_CLASS",
+    "api_versions",
+    "down",
+    "install",
+    "metadata_broker_count",
+    "plugin_jar",
+    "status",
+    "up",
+]
+
+# Newest Kafka 4.x whose artifacts are all on Maven Central (4.4.0's kafka-tools-api jar is missing
+# there, so kafka_2.13:4.4.0 cannot be resolved). 4.2+ has ClientTelemetryExporterProvider (KIP-1217).
+KAFKA_VERSION = "4.3.1"
+HOST = "127.0.0.1"
+PORT = 19092
+CONTROLLER_PORT = 19093
+BOOTSTRAP = f"{HOST}:{PORT}"
+NAME = "kafka"
+HEAP = ["-Xms128m", "-Xmx512m"]
+# The 4.2+ class; dev.kct.telemetry.KctClientTelemetryReporter is the one for Kafka 3.7 .. 4.1.
+PLUGIN_CLASS = "dev.kct.telemetry.KctClientTelemetryExporterReporter"
+
+_HERE = Path(__file__).resolve().parent
+_REPO = _HERE.parents[1]
+_PLUGIN_DIR = _REPO / "plugin"
+_DEPS_POM = _HERE / "kafka-deps" / "pom.xml"
+_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+API_GET_TELEMETRY_SUBSCRIPTIONS = 71
+API_PUSH_TELEMETRY = 72
+
+_LOG4J2 = """\
+# Written by dev/stack/kafka_broker.py: everything to stdout, which the stack sends to logs/kafka.log.
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.kct.name = dev.kct
+logger.kct.level = INFO
+"""
+
+
+def _libs_dir() -> Path:
+    return _proc.cache_dir("kafka", KAFKA_VERSION) / "libs"
+
+
+def _libs_ready() -> bool:
+    return (_libs_dir() / ".complete").exists()
+
+
+def _built_jar() -> Path:
+    """The jar `mvn package` builds in plugin/target (version from plugin/pom.xml)."""
+    jars = sorted(p for p in (_PLUGIN_DIR / "target").glob("kct-telemetry-plugin-*.jar")
+                  if not p.name.endswith(("-sources.jar", "-javadoc.jar")))
+    return jars[-1] if jars else _PLUGIN_DIR / "target" / "kct-telemetry-plugin.jar"
+
+
+def plugin_jar() -> Path:
+    """A content-addressed copy of the built jar, the one the broker runs.
+
+    A running JVM must never see its jar rewritten (rebuilding plugin/ while the stack runs would break
+    class loading), and naming the copy by its hash puts it into the broker's command line, so `up()`
+    notices a changed plugin and restarts the broker.
+    """
+    built = _built_jar()
+    digest = hashlib.sha256(built.read_bytes()).hexdigest()[:12]
+    installed = _proc.cache_dir("kafka", "plugin") / f"{built.stem}-{digest}.jar"
+    if not installed.exists():
+        tmp = installed.with_suffix(".part")
+        shutil.copyfile(built, tmp)
+        tmp.replace(installed)
+    return installed
+
+
+def _plugin_sources_mtime() -> float:
+    newest = (_PLUGIN_DIR / "pom.xml").stat().st_mtime
+    for path in (_PLUGIN_DIR / "src" / "main").rglob("*"):
+        if path.is_file():
+            newest = max(newest, path.stat().st_mtime)
+    return newest
+
+
+def _plugin_fresh() -> bool:
+    jar = _built_jar()
+    return jar.exists() and jar.stat().st_mtime >= _plugin_sources_mtime()
+
+
+def _require(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise _proc.InstallError("kafka", KAFKA_VERSION, f"`{tool}` is not on PATH (Debian: apt-get install "
+                                 f"{'maven' if tool == 'mvn' else 'openjdk-17-jdk-headless'})")
+    return path
+
+
+def _mvn(args: list[str], *, tool: str, cwd: Path | None = None) -> None:
+    """Run Maven offline first (a warm ~/.m2 needs no network), then online if something is missing."""
+    mvn = _require("mvn")
+    try:
+        _proc.run([mvn, "-B", "-q", "-o", *args], tool=tool, version=KAFKA_VERSION, cwd=cwd)
+    except _proc.InstallError:
+        _proc.run([mvn, "-B", "-q", *args], tool=tool, version=KAFKA_VERSION, cwd=cwd)
+
+
+def install() -> None:
+    """Kafka jars into the cache, plugin jar into plugin/target; each skipped when already there."""
+    _require("java")
+    if not _libs_ready():
+        with _proc.step(f"Kafka {KAFKA_VERSION} jars (Maven Central -> {_libs_dir()})"):
+            libs = _libs_dir()
+            tmp = libs.with_name("libs.part")
+            shutil.rmtree(tmp, ignore_errors=True)
+            _mvn(["-f", str(_DEPS_POM), f"-Dkafka.version={KAFKA_VERSION}",
+                  f"{_DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
+                  f"-DoutputDirectory={tmp}"], tool="kafka")
+            if not any(tmp.glob(f"kafka_2.13-{KAFKA_VERSION}.jar")):
+                raise _proc.InstallError("kafka", KAFKA_VERSION, f"kafka_2.13-{KAFKA_VERSION}.jar was not copied")
+            shutil.rmtree(libs, ignore_errors=True)
+            tmp.rename(libs)
+            (libs / ".complete").write_text(KAFKA_VERSION + "\n")
+    if not _plugin_fresh():
+        with _proc.step("kct broker plugin (mvn package in plugin/)"):
+            _mvn(["-DskipTests", "package"], tool="kct-telemetry-plugin", cwd=_PLUGIN_DIR)
+            if not _built_jar().exists():
+                raise _proc.InstallError("kct-telemetry-plugin", KAFKA_VERSION, "mvn package produced no jar")
+
+
+# --- a minimal Kafka wire-protocol client: enough to see that the broker is up and what it advertises ---
+
+def _request(host: str, port: int, api_key: int, version: int, body: bytes, timeout: float = 3.0) -> bytes:
+    client_id = b"kct-stack"
+    header = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id
+    frame = header + body
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", _recv(sock, 4))[0]
+        payload = _recv(sock, size)
+    return payload[4:]  # response header v0: correlation id
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+def api_versions(host: str = HOST, port: int = PORT) -> dict[int, tuple[int, int]]:
+    """ApiVersions v0: {api_key: (min_version, max_version)} the broker advertises."""
+    body = _request(host, port, 18, 0, b"")
+    error, count = struct.unpack_from(">hi", body, 0)
+    if error != 0:
+        raise ConnectionError(f"ApiVersions error code {error}")
+    out: dict[int, tuple[int, int]] = {}
+    for i in range(count):
+        key, lo, hi = struct.unpack_from(">hhh", body, 6 + 6 * i)
+        out[key] = (lo, hi)
+    return out
+
+
+def metadata_broker_count(host: str = HOST, port: int = PORT) -> int:
+    """Brokers listed in a Metadata response (v4: the oldest version Kafka 4 still serves, non-flexible)."""
+    lo, hi = api_versions(host, port).get(3, (0, -1))
+    if not lo <= 4 <= hi:
+        raise ConnectionError(f"broker does not serve Metadata v4 (serves v{lo}..v{hi})")
+    body = _request(host, port, 3, 4, struct.pack(">ib", 0, 0))  # no topics, no auto-creation
+    _throttle, brokers = struct.unpack_from(">ii", body, 0)
+    return int(brokers)
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        return metadata_broker_count(host, port) >= 1
+    except (OSError, struct.error):
+        return False
+
+
+# --- life cycle ---
+
+def _server_properties(data: Path, telemetry_endpoint: str, port: int, controller_port: int,
+                       plugin: bool, token_file: Path | None) -> str:
+    lines = [
+        "# Written by dev/stack/kafka_broker.py on every `up`: single-node KRaft for development and tests.",
+        f"# classpath: {_classpath(plugin)}  (a different plugin jar means a restart)",
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@{HOST}:{controller_port}",
+        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=PLAINTEXT",
+        f"log.dirs={data}",
+        "num.partitions=1",
+        "auto.create.topics.enable=true",
+        "group.initial.rebalance.delay.ms=0",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=1",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "transaction.state.log.num.partitions=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "share.coordinator.state.topic.num.partitions=1",
+    ]
+    if plugin:
+        lines += [
+            "# KIP-714: a registered client-telemetry plugin makes the broker advertise APIs 71/72.",
+            f"metric.reporters={PLUGIN_CLASS}",
+            f"kct.telemetry.endpoint={telemetry_endpoint}",
+            "kct.telemetry.connect.timeout.ms=1000",
+            "kct.telemetry.request.timeout.ms=5000",
+        ]
+        if token_file is not None:
+            lines.append(f"kct.telemetry.token.file={token_file}")
+    return "\n".join(lines) + "\n"
+
+
+def _classpath(plugin: bool) -> str:
+    entries = [str(_libs_dir() / "*")]
+    if plugin:
+        entries.append(str(plugin_jar()))
+    return ":".join(entries)
+
+
+def _java(kdir: Path, plugin: bool) -> list[str]:
+    return [_require("java"), *HEAP, "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={kdir / 'log4j2.properties'}", f"-Dkafka.logs.dir={kdir / 'logs'}",
+            "-cp", _classpath(plugin)]
+
+
+def _cluster_id() -> str:
+    while True:  # Kafka's Uuid: 16 random bytes, base64url without padding; never starting with '-'
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not value.startswith("-"):
+            return value
+
+
+def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
+       name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT) -> dict[str, str]:
+    """Start the broker (idempotent: a running broker with the same configuration is left alone).
+
+    A running broker whose configuration differs (e.g. another KCT_TELEMETRY_ENDPOINT) is restarted.
+    `token_file`: a file whose content the plugin sends as `Authorization: Bearer ...`.
+    `plugin`, `name` and the ports exist for benchmarks that need a second broker without the plugin.
+    """
+    if not _libs_ready() or (plugin and not _plugin_fresh()):
+        install()
+    kdir = state / name
+    data = kdir / "data"
+    config = kdir / "server.properties"
+    wanted = _server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file)
+    if _proc.is_running(state, name):
+        if config.exists() and config.read_text() == wanted:
+            # same configuration: maybe still starting (another `up`), so wait rather than restart
+            _proc.wait_until(lambda: _answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
+                             log=state / "logs" / f"{name}.log", alive=lambda: _proc.is_running(state, name))
+            return {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}"}
+        with _proc.step(f"restart Kafka {KAFKA_VERSION} ({name}: configuration or plugin jar changed)"):
+            _proc.stop_daemon(state, name, timeout=30)
+    if _proc.port_open(HOST, port):
+        raise _proc.InstallError("kafka", KAFKA_VERSION, f"port {HOST}:{port} is taken by a process this stack "
+                                 "did not start (stop it, or `make stack-down`)")
+    kdir.mkdir(parents=True, exist_ok=True)
+    config.write_text(wanted)
+    (kdir / "log4j2.properties").write_text(_LOG4J2)
+    if not (data / "meta.properties").exists():
+        with _proc.step(f"format KRaft storage ({data})"):
+            shutil.rmtree(data, ignore_errors=True)
+            _proc.run([*_java(kdir, plugin), "kafka.tools.StorageTool", "format", "-t", _cluster_id(),
+                       "-c", str(config)], tool="kafka", version=KAFKA_VERSION)
+    with _proc.step(f"start Kafka {KAFKA_VERSION} ({name}) on {HOST}:{port}"):
+        _proc.start_daemon(state, name, [*_java(kdir, plugin), "kafka.Kafka", str(config)])
+        _proc.wait_until(lambda: _answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
+                         log=state / "logs" / f"{name}.log", alive=lambda: _proc.is_running(state, name))
+    return {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}"}
+
+
+def down(state: Path, *, name: str = NAME) -> None:
+    """Stop the broker this stack started (its data stays, so the next `up` is quick)."""
+    _proc.stop_daemon(state, name, timeout=30)
+
+
+def status(state: Path, *, name: str = NAME, port: int = PORT) -> list[str]:
+    if not _proc.is_running(state, name):
+        return [f"kafka {KAFKA_VERSION}: stopped"]
+    pid = _proc.read_pid(state, name)
+    try:
+        apis = api_versions(HOST, port)
+    except (OSError, struct.error):
+        return [f"kafka {KAFKA_VERSION}: starting (pid {pid}), not answering on {HOST}:{port} yet"]
+    telemetry = all(k in apis for k in (API_GET_TELEMETRY_SUBSCRIPTIONS, API_PUSH_TELEMETRY))
+    config = state / name / "server.properties"
+    endpoint = ""
+    if config.exists():
+        for line in config.read_text().splitlines():
+            if line.startswith("kct.telemetry.endpoint="):
+                endpoint = line.partition("=")[2]
+    plugin = f"plugin -> {endpoint}" if endpoint else "no telemetry plugin"
+    return [f"kafka {KAFKA_VERSION}: running (pid {pid}) on {HOST}:{port}, {plugin}, "
+            f"telemetry APIs 71/72 {'advertised' if telemetry else 'NOT advertised'}"]
+

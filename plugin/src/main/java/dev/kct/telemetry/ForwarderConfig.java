@@ -1,0 +1,162 @@
+package dev.kct.telemetry;
+
+import java.net.URI;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.kafka.common.config.ConfigException;
+
+/**
+ * The plugin's configuration: every property lives under {@link #PREFIX} in the broker's
+ * configuration (server.properties or dynamic broker configs), so it never collides with Kafka's own.
+ *
+ * <p>Parsed once into an immutable value; a bad value fails broker start-up with a {@link ConfigException}
+ * naming the property, the value and the rule, rather than silently forwarding nowhere.
+ */
+public final class ForwarderConfig {
+
+    public static final String PREFIX = "kct.telemetry.";
+
+    public static final String ENDPOINT = PREFIX + "endpoint";
+    public static final String TOKEN_FILE = PREFIX + "token.file";
+    public static final String CONNECT_TIMEOUT_MS = PREFIX + "connect.timeout.ms";
+    public static final String REQUEST_TIMEOUT_MS = PREFIX + "request.timeout.ms";
+    public static final String QUEUE_CAPACITY = PREFIX + "queue.capacity";
+    public static final String QUEUE_MAX_BYTES = PREFIX + "queue.max.bytes";
+    public static final String SENDER_THREADS = PREFIX + "sender.threads";
+    public static final String RETRIES_MAX = PREFIX + "retries.max";
+    public static final String RETRY_BACKOFF_MS = PREFIX + "retry.backoff.ms";
+    public static final String RETRY_BACKOFF_MAX_MS = PREFIX + "retry.backoff.max.ms";
+    public static final String CLOSE_TIMEOUT_MS = PREFIX + "close.timeout.ms";
+    public static final String TLS_CA_FILE = PREFIX + "tls.ca.file";
+    public static final String TLS_TRUSTSTORE_PATH = PREFIX + "tls.truststore.path";
+    public static final String TLS_TRUSTSTORE_PASSWORD = PREFIX + "tls.truststore.password";
+    public static final String TLS_TRUSTSTORE_TYPE = PREFIX + "tls.truststore.type";
+    public static final String TLS_INSECURE_SKIP_VERIFY = PREFIX + "tls.insecure.skip.verify";
+    public static final String JMX_PREFIX = PREFIX + "jmx.prefix";
+
+    /** Properties the broker may change at run time (kafka-configs --alter --entity-type brokers). */
+    public static final Set<String> RECONFIGURABLE = Set.of(ENDPOINT, TOKEN_FILE);
+
+    public static final String DEFAULT_ENDPOINT = "http://127.0.0.1:4318/v1/metrics";
+
+    public final URI endpoint;
+    public final Path tokenFile;
+    public final Duration connectTimeout;
+    public final Duration requestTimeout;
+    public final int queueCapacity;
+    public final long queueMaxBytes;
+    public final int senderThreads;
+    public final int retriesMax;
+    public final long retryBackoffMs;
+    public final long retryBackoffMaxMs;
+    public final long closeTimeoutMs;
+    public final Path tlsCaFile;
+    public final Path tlsTruststorePath;
+    public final String tlsTruststorePassword;
+    public final String tlsTruststoreType;
+    public final boolean tlsInsecureSkipVerify;
+    public final String jmxPrefix;
+
+    private ForwarderConfig(Map<String, ?> configs) {
+        endpoint = parseEndpoint(string(configs, ENDPOINT, DEFAULT_ENDPOINT));
+        tokenFile = path(configs, TOKEN_FILE);
+        connectTimeout = Duration.ofMillis(longValue(configs, CONNECT_TIMEOUT_MS, 2_000, 1, 600_000));
+        requestTimeout = Duration.ofMillis(longValue(configs, REQUEST_TIMEOUT_MS, 10_000, 1, 600_000));
+        queueCapacity = (int) longValue(configs, QUEUE_CAPACITY, 1_000, 1, 1_000_000);
+        queueMaxBytes = longValue(configs, QUEUE_MAX_BYTES, 64L * 1024 * 1024, 1, Long.MAX_VALUE);
+        senderThreads = (int) longValue(configs, SENDER_THREADS, 1, 1, 64);
+        retriesMax = (int) longValue(configs, RETRIES_MAX, 3, 0, 100);
+        retryBackoffMs = longValue(configs, RETRY_BACKOFF_MS, 100, 1, 600_000);
+        retryBackoffMaxMs = longValue(configs, RETRY_BACKOFF_MAX_MS, 10_000, 1, 3_600_000);
+        closeTimeoutMs = longValue(configs, CLOSE_TIMEOUT_MS, 5_000, 0, 600_000);
+        tlsCaFile = path(configs, TLS_CA_FILE);
+        tlsTruststorePath = path(configs, TLS_TRUSTSTORE_PATH);
+        tlsTruststorePassword = string(configs, TLS_TRUSTSTORE_PASSWORD, "");
+        tlsTruststoreType = string(configs, TLS_TRUSTSTORE_TYPE, "PKCS12");
+        tlsInsecureSkipVerify = bool(configs, TLS_INSECURE_SKIP_VERIFY, false);
+        jmxPrefix = string(configs, JMX_PREFIX, "kct.telemetry");
+        if (retryBackoffMaxMs < retryBackoffMs) {
+            throw new ConfigException(RETRY_BACKOFF_MAX_MS, retryBackoffMaxMs,
+                "must be at least " + RETRY_BACKOFF_MS + " (" + retryBackoffMs + ")");
+        }
+        if (tlsCaFile != null && tlsTruststorePath != null) {
+            throw new ConfigException(TLS_CA_FILE, tlsCaFile, "set either " + TLS_CA_FILE + " or "
+                + TLS_TRUSTSTORE_PATH + ", not both");
+        }
+    }
+
+    /** Parse the broker's configuration map (unknown keys ignored); throws ConfigException on bad values. */
+    public static ForwarderConfig parse(Map<String, ?> configs) {
+        return new ForwarderConfig(configs);
+    }
+
+    /** Validate and parse an endpoint URL: http or https with a host. */
+    public static URI parseEndpoint(String value) {
+        URI uri;
+        try {
+            uri = URI.create(value.trim());
+        } catch (IllegalArgumentException e) {
+            throw new ConfigException(ENDPOINT, value, "not a URL: " + e.getMessage());
+        }
+        String scheme = uri.getScheme() == null ? "" : uri.getScheme().toLowerCase(Locale.ROOT);
+        if (!scheme.equals("http") && !scheme.equals("https")) {
+            throw new ConfigException(ENDPOINT, value, "must be an http:// or https:// URL");
+        }
+        if (uri.getHost() == null) {
+            throw new ConfigException(ENDPOINT, value, "must name a host");
+        }
+        return uri;
+    }
+
+    static String string(Map<String, ?> configs, String key, String defaultValue) {
+        Object value = configs.get(key);
+        if (value == null) {
+            return defaultValue;
+        }
+        if (value instanceof org.apache.kafka.common.config.types.Password password) {
+            return password.value();
+        }
+        return value.toString().trim();
+    }
+
+    private static Path path(Map<String, ?> configs, String key) {
+        String value = string(configs, key, "");
+        return value.isEmpty() ? null : Path.of(value);
+    }
+
+    private static long longValue(Map<String, ?> configs, String key, long defaultValue, long min, long max) {
+        String raw = string(configs, key, null);
+        if (raw == null || raw.isEmpty()) {
+            return defaultValue;
+        }
+        long value;
+        try {
+            value = Long.parseLong(raw);
+        } catch (NumberFormatException e) {
+            throw new ConfigException(key, raw, "not an integer");
+        }
+        if (value < min || value > max) {
+            throw new ConfigException(key, raw, "must be between " + min + " and " + max);
+        }
+        return value;
+    }
+
+    private static boolean bool(Map<String, ?> configs, String key, boolean defaultValue) {
+        String raw = string(configs, key, null);
+        if (raw == null || raw.isEmpty()) {
+            return defaultValue;
+        }
+        switch (raw.toLowerCase(Locale.ROOT)) {
+            case "true":
+                return true;
+            case "false":
+                return false;
+            default:
+                throw new ConfigException(key, raw, "must be true or false");
+        }
+    }
+}

@@ -1,0 +1,179 @@
+package dev.kct.telemetry;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.net.ServerSocket;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+class ForwarderTest {
+
+    private static Forwarder forwarder(String endpoint, Map<String, String> extra) {
+        Map<String, Object> configs = new HashMap<>();
+        configs.put(ForwarderConfig.ENDPOINT, endpoint);
+        configs.put(ForwarderConfig.RETRY_BACKOFF_MS, "10");
+        configs.put(ForwarderConfig.RETRY_BACKOFF_MAX_MS, "50");
+        configs.put(ForwarderConfig.CLOSE_TIMEOUT_MS, "200");
+        configs.put(ForwarderConfig.JMX_PREFIX, "kct.telemetry.test");
+        configs.putAll(extra);
+        return new Forwarder(ForwarderConfig.parse(configs), Map.of());
+    }
+
+    private static ByteBuffer payload(String text) {
+        return ByteBuffer.wrap(text.getBytes(StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void forwardsBodyLabelsAndBearerToken(@TempDir Path dir) throws Exception {
+        // Given an endpoint that accepts everything and a token file
+        Path tokenFile = dir.resolve("token");
+        Files.writeString(tokenFile, "s3cret\n");
+        try (TestEndpoint endpoint = new TestEndpoint(n -> TestEndpoint.Answer.ok());
+             Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.TOKEN_FILE, tokenFile.toString()))) {
+            // When one push is offered
+            assertTrue(f.offer(Map.of("kct-client-id", "producer-1"), payload("otlp-bytes")));
+            // Then it arrives as-is with the labels, the protobuf content type and the bearer token
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 5_000));
+            TestEndpoint.Received got = endpoint.received.get(0);
+            assertArrayEquals("otlp-bytes".getBytes(StandardCharsets.UTF_8), got.body());
+            assertEquals("application/x-protobuf", got.headers().get("content-type"));
+            assertEquals("producer-1", got.headers().get("kct-client-id"));
+            assertEquals("Bearer s3cret", got.headers().get("authorization"));
+            assertTrue(f.metrics().value("send-latency-max") > 0.0);
+            // and the forwarder's own metrics are visible over JMX under the configured prefix
+            javax.management.MBeanServer jmx = java.lang.management.ManagementFactory.getPlatformMBeanServer();
+            javax.management.ObjectName name =
+                new javax.management.ObjectName("kct.telemetry.test:type=client-telemetry-forwarder");
+            assertEquals(1.0, ((Number) jmx.getAttribute(name, "forwarded-total")).doubleValue());
+        }
+    }
+
+    @Test
+    void fullQueueDropsAndCountsWithoutBlocking() throws Exception {
+        // Given an endpoint that hangs until released, and a queue of two
+        CountDownLatch release = new CountDownLatch(1);
+        try (TestEndpoint endpoint = new TestEndpoint(n -> {
+            try {
+                release.await(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            return TestEndpoint.Answer.ok();
+        }); Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.QUEUE_CAPACITY, "2"))) {
+            assertTrue(f.offer(Map.of(), payload("first")));
+            assertTrue(Waits.until(() -> endpoint.received.size() == 1, 5_000), "sender is busy with 'first'");
+            // When ten more pushes are offered
+            long started = System.nanoTime();
+            int accepted = 0;
+            for (int i = 0; i < 10; i++) {
+                if (f.offer(Map.of(), payload("push-" + i))) {
+                    accepted++;
+                }
+            }
+            long tookMs = (System.nanoTime() - started) / 1_000_000;
+            // Then two are queued, eight are dropped and counted, and offering never waited
+            assertEquals(2, accepted);
+            assertEquals(8.0, f.metrics().value("dropped-total"));
+            assertEquals(2.0, f.metrics().value("queue-depth"));
+            assertTrue(tookMs < 500, "offer must not block, took " + tookMs + " ms");
+            release.countDown();
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 3.0, 5_000));
+            assertEquals(0.0, f.metrics().value("queue-depth"));
+        }
+    }
+
+    @Test
+    void endpointDownCountsFailuresAndNeverBlocks() throws Exception {
+        // Given an endpoint address where nothing listens
+        int port;
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        try (Forwarder f = forwarder("http://127.0.0.1:" + port + "/v1/metrics",
+                Map.of(ForwarderConfig.RETRIES_MAX, "2"))) {
+            // When five pushes are offered
+            long started = System.nanoTime();
+            for (int i = 0; i < 5; i++) {
+                assertTrue(f.offer(Map.of(), payload("push-" + i)));
+            }
+            long tookMs = (System.nanoTime() - started) / 1_000_000;
+            // Then offering returned at once, each push is retried then counted as failed, none forwarded
+            assertTrue(tookMs < 200, "offer must not block, took " + tookMs + " ms");
+            assertTrue(Waits.until(() -> f.metrics().value("failed-total") == 5.0, 10_000),
+                "failed-total=" + f.metrics().value("failed-total"));
+            assertEquals(10.0, f.metrics().value("retries-total"));
+            assertEquals(0.0, f.metrics().value("forwarded-total"));
+        }
+    }
+
+    @Test
+    void retryAfterSecondsIsHonouredOn503() throws Exception {
+        // Given an endpoint that first answers 503 with Retry-After: 1, then 200
+        try (TestEndpoint endpoint = new TestEndpoint(n -> n == 0
+                ? new TestEndpoint.Answer(503, Map.of("Retry-After", "1"))
+                : TestEndpoint.Answer.ok());
+             Forwarder f = forwarder(endpoint.url(), Map.of())) {
+            // When one push is offered
+            assertTrue(f.offer(Map.of(), payload("x")));
+            // Then it is delivered on the second attempt, no sooner than one second after the first
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 5_000));
+            assertEquals(2, endpoint.received.size());
+            long gapMs = (endpoint.received.get(1).nanos() - endpoint.received.get(0).nanos()) / 1_000_000;
+            assertTrue(gapMs >= 950, "retried after " + gapMs + " ms, Retry-After asked 1000");
+            assertEquals(1.0, f.metrics().value("retries-total"));
+            assertEquals(0.0, f.metrics().value("failed-total"));
+        }
+    }
+
+    @Test
+    void retryAfterHttpDateIsHonouredOn429() throws Exception {
+        // Given an endpoint that first answers 429 with a Retry-After date 2-3 s ahead, then 200
+        String date = java.time.format.DateTimeFormatter.RFC_1123_DATE_TIME.format(
+            java.time.ZonedDateTime.now(java.time.ZoneOffset.UTC).plusSeconds(3));
+        try (TestEndpoint endpoint = new TestEndpoint(n -> n == 0
+                ? new TestEndpoint.Answer(429, Map.of("Retry-After", date))
+                : TestEndpoint.Answer.ok());
+             Forwarder f = forwarder(endpoint.url(), Map.of())) {
+            assertTrue(f.offer(Map.of(), payload("x")));
+            // Then the retry waits for that date (HTTP-dates have 1 s resolution, so at least ~1 s)
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 8_000));
+            long gapMs = (endpoint.received.get(1).nanos() - endpoint.received.get(0).nanos()) / 1_000_000;
+            assertTrue(gapMs >= 1_000, "retried after " + gapMs + " ms");
+        }
+    }
+
+    @Test
+    void clientErrorIsNotRetried() throws Exception {
+        // Given an endpoint that rejects the push as malformed
+        try (TestEndpoint endpoint = new TestEndpoint(n -> new TestEndpoint.Answer(400, Map.of()));
+             Forwarder f = forwarder(endpoint.url(), Map.of())) {
+            assertTrue(f.offer(Map.of(), payload("x")));
+            // Then it fails once, without retries
+            assertTrue(Waits.until(() -> f.metrics().value("failed-total") == 1.0, 5_000));
+            assertEquals(1, endpoint.received.size());
+            assertEquals(0.0, f.metrics().value("retries-total"));
+        }
+    }
+
+    @Test
+    void closeStopsTakingPushes() throws Exception {
+        try (TestEndpoint endpoint = new TestEndpoint(n -> TestEndpoint.Answer.ok())) {
+            Forwarder f = forwarder(endpoint.url(), Map.of());
+            f.close();
+            // Given a closed forwarder, When a push is offered, Then it is refused (and does not throw)
+            assertFalse(f.offer(Map.of(), payload("late")));
+        }
+    }
+}

@@ -1,0 +1,238 @@
+"""End to end: real clients push KIP-714 telemetry through the real broker and our plugin to an HTTP endpoint.
+
+The local stack starts the broker with the plugin pointed at KCT_TELEMETRY_ENDPOINT (by default
+http://127.0.0.1:4318/v1/metrics); this test binds that address itself, so it sees exactly what the
+receiver would: the OTLP protobuf body and the broker-added labels in `kct-*` headers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+pytestmark = pytest.mark.e2e
+
+
+class Stack(Protocol):
+    """What these tests use of the `stack` fixture (tests/conftest.py)."""
+
+    kafka_bootstrap: str
+    telemetry_endpoint: str
+
+API_GET_TELEMETRY_SUBSCRIPTIONS = 71
+API_PUSH_TELEMETRY = 72
+
+
+@dataclass(frozen=True)
+class Push:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def label(self, name: str) -> str | None:
+        value = self.headers.get(name)
+        return None if value is None else urllib.parse.unquote(value)
+
+    def metric_names(self) -> set[str]:
+        request = ExportMetricsServiceRequest.FromString(self.body)
+        return {m.name for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+
+
+@dataclass
+class Endpoint:
+    pushes: list[Push] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def for_client(self, client_id: str) -> list[Push]:
+        with self.lock:
+            return [p for p in self.pushes if p.label("kct-client-id") == client_id]
+
+
+@contextlib.contextmanager
+def otlp_endpoint(url: str) -> Iterator[Endpoint]:
+    """An OTLP/HTTP-shaped endpoint on the address the broker plugin posts to, recording every push."""
+    parsed = urllib.parse.urlsplit(url)
+    endpoint = Endpoint()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the plugin expects
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            push = Push(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            with endpoint.lock:
+                endpoint.pushes.append(push)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    try:
+        server = ThreadingHTTPServer((parsed.hostname or "127.0.0.1", parsed.port or 80), Handler)
+    except OSError as exc:
+        pytest.fail(f"cannot listen on the plugin's endpoint {url}: {exc} (another receiver still running?)")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield endpoint
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def client_metrics_subscription(bootstrap: str, name: str, configs: dict[str, str]) -> Iterator[None]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kct-e2e-admin")
+    try:
+        # raise_on_unknown=False: kafka-python's pre-check describes the resource, and brokers before 4.0
+        # describe a CLIENT_METRICS resource that does not exist yet as having no config keys at all.
+        admin.alter_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, name, configs)], raise_on_unknown=False)
+        yield
+    finally:
+        deletes = {key: (AlterConfigOp.DELETE, None) for key in configs}
+        with contextlib.suppress(Exception):
+            admin.alter_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, name, deletes)],
+                                raise_on_unknown=False)
+        admin.close()
+
+
+def test_broker_advertises_telemetry_apis(stack: Stack) -> None:
+    """Given the stack's broker with the plugin, When a client asks ApiVersions,
+    Then GetTelemetrySubscriptions (71) and PushTelemetry (72) are advertised."""
+    admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, client_id="kct-e2e-apiversions")
+    try:
+        keys = {int(key) for key in admin.api_versions()}
+    finally:
+        admin.close()
+    assert API_GET_TELEMETRY_SUBSCRIPTIONS in keys
+    assert API_PUSH_TELEMETRY in keys
+
+
+def test_client_pushes_reach_the_endpoint_with_labels(stack: Stack) -> None:
+    """Given an endpoint on the plugin's address and a CLIENT_METRICS subscription (interval 1 s) for
+    producer and consumer metrics of this test's clients,
+    When a confluent-kafka producer and consumer run for a few seconds and are closed,
+    Then the endpoint receives OTLP ExportMetricsServiceRequest pushes holding producer and consumer
+    metrics, labelled with each client's client.id and the other broker-added labels, and a
+    terminating push when each client closes."""
+    run = uuid.uuid4().hex[:8]
+    producer_id, consumer_id = f"kct-e2e-{run}-producer", f"kct-e2e-{run}-consumer"
+    topic = f"kct-e2e-{run}"
+    subscription = {
+        "metrics": "org.apache.kafka.producer.,org.apache.kafka.consumer.",
+        "interval.ms": "1000",
+        "match": f"client_id=kct-e2e-{run}-.*",
+    }
+    with otlp_endpoint(stack.telemetry_endpoint) as endpoint, \
+            client_metrics_subscription(stack.kafka_bootstrap, f"kct-e2e-{run}", subscription):
+        producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "client.id": producer_id})
+        consumer = Consumer({"bootstrap.servers": stack.kafka_bootstrap, "client.id": consumer_id,
+                             "group.id": f"kct-e2e-{run}", "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        consumed = 0
+
+        def enough() -> bool:
+            return consumed > 0 and all(
+                sum(p.label("kct-terminating") == "false" for p in endpoint.for_client(cid)) >= 2
+                for cid in (producer_id, consumer_id))
+
+        started = time.monotonic()
+        # at least 5 s of traffic; more while a fresh broker is still creating __consumer_offsets
+        while time.monotonic() < started + 5 or (not enough() and time.monotonic() < started + 45):
+            producer.produce(topic, b"hello")
+            producer.poll(0)
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                consumed += 1
+        producer.flush(10)
+        producer.close()
+        consumer.close()
+        # the terminating pushes are sent while the clients close; give the plugin a moment to forward them
+        wait_until = time.monotonic() + 15
+        while time.monotonic() < wait_until and not all(
+            any(p.label("kct-terminating") == "true" for p in endpoint.for_client(cid))
+            for cid in (producer_id, consumer_id)
+        ):
+            time.sleep(0.2)
+
+        assert consumed > 0, "the consumer read nothing back: the broker is not serving fetches"
+        local = getattr(stack, "local", True)  # an external (kind) cluster has its own addresses and ids
+        for client_id, prefix in ((producer_id, "org.apache.kafka.producer."),
+                                  (consumer_id, "org.apache.kafka.consumer.")):
+            pushes = endpoint.for_client(client_id)
+            assert len(pushes) >= 2, f"{client_id}: {len(pushes)} pushes"
+            names = set().union(*(p.metric_names() for p in pushes))
+            assert any(n.startswith(prefix) for n in names), f"{client_id}: no {prefix}* metric in {sorted(names)}"
+            first = pushes[0]
+            assert first.path == urllib.parse.urlsplit(stack.telemetry_endpoint).path
+            assert first.headers["content-type"] == "application/x-protobuf"
+            assert first.label("kct-client-instance-id")
+            assert first.label("kct-client-software-name")
+            assert first.label("kct-client-software-version")
+            assert first.label("kct-client-source-address") == "127.0.0.1" or not local
+            assert (first.label("kct-client-source-port") or "").isdigit()
+            assert first.label("kct-principal") == "User:ANONYMOUS"
+            assert (first.label("kct-broker-id") or "").isdigit()
+            assert first.label("kct-broker-id") == "1" or not local
+            if local or first.label("kct-push-interval-ms") is not None:
+                # the local stack runs Kafka 4.3 with the 4.2+ exporter class, which knows the interval
+                assert first.label("kct-push-interval-ms") == "1000"
+            assert {p.label("kct-client-instance-id") for p in pushes} == {first.label("kct-client-instance-id")}
+            assert [p.label("kct-terminating") for p in pushes].count("true") == 1, \
+                f"{client_id}: terminating flags {[p.label('kct-terminating') for p in pushes]}"
+            assert pushes[-1].label("kct-terminating") == "true"
+
+
+def test_broker_serves_produce_and_fetch_while_the_endpoint_is_down(stack: Stack) -> None:
+    """Given clients subscribed to all metrics every 100 ms and nothing listening on the plugin's endpoint,
+    When a producer (acks=all) and a consumer run for 15 s,
+    Then every message is acknowledged and read back: failing pushes never hold up the broker.
+    (bench/plugin_produce_latency.py runs the same for a minute and measures the latency.)"""
+    run = uuid.uuid4().hex[:8]
+    topic = f"kct-e2e-down-{run}"
+    subscription = {"metrics": "*", "interval.ms": "100", "match": f"client_id=kct-e2e-down-{run}-.*"}
+    with client_metrics_subscription(stack.kafka_bootstrap, f"kct-e2e-down-{run}", subscription):
+        producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all",
+                             "client.id": f"kct-e2e-down-{run}-producer"})
+        consumer = Consumer({"bootstrap.servers": stack.kafka_bootstrap, "group.id": f"kct-e2e-down-{run}",
+                             "client.id": f"kct-e2e-down-{run}-consumer", "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        errors: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        sent = consumed = 0
+        started = time.monotonic()
+        while time.monotonic() < started + 15:
+            producer.produce(topic, b"m", on_delivery=on_delivery)
+            sent += 1
+            producer.poll(0)
+            msg = consumer.poll(0.01)
+            if msg is not None and msg.error() is None:
+                consumed += 1
+        assert producer.flush(15) == 0
+        drain_until = time.monotonic() + 15
+        while consumed < sent and time.monotonic() < drain_until:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                consumed += 1
+        producer.close()
+        consumer.close()
+    assert errors == []
+    assert consumed == sent
