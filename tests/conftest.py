@@ -2,8 +2,8 @@
 
 By default the `stack` fixture reuses the local stack (`make stack-up`) or starts it, and leaves it running
 for the next run (several pytest sessions may share it); `make stack-down` stops it, and
-`KCT_STOP_STACK=1` makes a session that started the stack stop it at the end. Users with Docker point the same tests at a `kind` cluster
-and a Kafka broker of their own instead:
+`KCT_STOP_STACK=1` makes a session that started the stack stop it at the end. Users with Docker point the
+same tests at a `kind` cluster and a Kafka broker of their own instead:
 
     KCT_TEST_KUBECONFIG=~/.kube/kind-kct KCT_TEST_KAFKA_BOOTSTRAP_SERVERS=localhost:9092 make test
 
@@ -44,6 +44,8 @@ class Stack:
     kafka_bootstrap: str
     telemetry_endpoint: str
     local: bool
+    # The bearer token the broker plugin sends (and a receiver must expect); None when unknown.
+    receiver_token: str | None = None
 
     def env(self) -> dict[str, str]:
         """The environment a subprocess (operator, receiver, kubectl) needs to reach this stack."""
@@ -81,6 +83,7 @@ def stack() -> Iterator[Stack]:
             kafka_bootstrap=external_kafka,
             telemetry_endpoint=os.environ.get("KCT_TELEMETRY_ENDPOINT", "http://127.0.0.1:4318/v1/metrics"),
             local=False,
+            receiver_token=os.environ.get("KCT_RECEIVER_TOKEN"),
         )
         return
     was_running = _stack_running()
@@ -91,6 +94,7 @@ def stack() -> Iterator[Stack]:
         kafka_bootstrap=values["KAFKA_BOOTSTRAP_SERVERS"],
         telemetry_endpoint=values["KCT_TELEMETRY_ENDPOINT"],
         local=True,
+        receiver_token=Path(values["KCT_RECEIVER_TOKEN_FILE"]).read_text().strip(),
     )
     if not was_running and os.environ.get("KCT_STOP_STACK") == "1":
         subprocess.run([sys.executable, str(STACK_SCRIPT), "down"], check=False)

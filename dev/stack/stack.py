@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,16 @@ def _telemetry_endpoint() -> str:
     return os.environ.get("KCT_TELEMETRY_ENDPOINT", DEFAULT_TELEMETRY_ENDPOINT)
 
 
+def _telemetry_token_file() -> Path:
+    """The bearer token the broker plugin sends and the receiver expects, made once per stack."""
+    path = STATE / "telemetry-token"
+    if not path.exists():
+        STATE.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(24) + "\n")
+        path.chmod(0o600)
+    return path
+
+
 def _write_env(values: dict[str, str]) -> None:
     BUILD.mkdir(parents=True, exist_ok=True)
     lines = [f"{key}={value}" for key, value in values.items()]
@@ -50,8 +61,9 @@ def up() -> int:
         kafka_broker.install()
     env: dict[str, str] = {}
     env.update(kube.up(STATE))
-    env.update(kafka_broker.up(STATE, _telemetry_endpoint()))
+    env.update(kafka_broker.up(STATE, _telemetry_endpoint(), token_file=_telemetry_token_file()))
     env["KCT_TELEMETRY_ENDPOINT"] = _telemetry_endpoint()
+    env["KCT_RECEIVER_TOKEN_FILE"] = str(_telemetry_token_file())
     _write_env(env)
     print(f"stack is up in {time.monotonic() - started:.1f}s; `source {ENV_FILE.relative_to(REPO)}` to use it:")
     for line in status_lines():
@@ -86,7 +98,7 @@ def kafka_stop() -> int:
 
 
 def kafka_start() -> int:
-    kafka_broker.up(STATE, _telemetry_endpoint())
+    kafka_broker.up(STATE, _telemetry_endpoint(), token_file=_telemetry_token_file())
     return 0
 
 

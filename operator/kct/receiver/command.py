@@ -1,0 +1,53 @@
+"""`kct receiver --config FILE`: run the OTLP receiver in front of Kafka.
+
+Settings come from FILE (see `kct.receiver.config`), secrets from the environment variables it names.
+Exit codes: 0 after a graceful drain (SIGTERM/SIGINT), 2 for an invalid configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "receiver",
+        help="run the OTLP/HTTP telemetry receiver (brokers' plugin -> Kafka topic)",
+        description="OTLP/HTTP receiver: authenticate, validate, filter, rate-limit and quota client "
+        "telemetry pushes, and write one Kafka record per push.",
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="receiver configuration (YAML)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kct.receiver.config import ConfigError, load_config, resolve_env
+    from kct.receiver.jsonlog import configure_logging
+
+    try:
+        config = load_config(args.config)
+        token = (
+            resolve_env(config.auth.bearer_token_env, "auth.bearerTokenEnv")
+            if config.auth.bearer_token_env is not None
+            else None
+        )
+        configure_logging(config.logging.level, config.logging.format)
+        from kct.receiver.kafka_sink import KafkaSink
+        from kct.receiver.server import ReceiverServer
+
+        sink = KafkaSink(
+            config.kafka,
+            max_record_bytes=config.limits.max_decompressed_bytes + 64 * 1024,
+            retry_after_s=config.limits.overload_retry_after_seconds,
+        )
+    except ConfigError as exc:
+        print(f"kct receiver: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    server = ReceiverServer(config, sink, token=token)
+    asyncio.run(server.run_until_signalled())
+    return 0

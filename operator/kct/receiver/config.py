@@ -1,0 +1,391 @@
+"""The receiver's configuration: one model, read by the receiver and rendered by the operator.
+
+Settings come from a YAML file, secrets from the environment: the file names environment variables
+(`auth.bearerTokenEnv`, `kafka.bootstrapServersEnv`, `kafka.producerPropertiesFromEnv`), never the secret
+values. The operator builds a `ReceiverConfig` from a TelemetryReceiver spec and writes
+`dump_config_yaml(...)` into a ConfigMap; the receiver reads that file with `load_config`. Keys are
+camelCase (Kubernetes style); Python code may use the snake_case field names.
+
+The models are strict (no "1" for 1), frozen, and forbid unknown keys, so a typo in a ConfigMap is an error
+naming the key, not silently ignored. This module imports only pydantic (and PyYAML when loading), so the
+operator can import it without the receiver's runtime dependencies, and `ReceiverConfig.model_json_schema()`
+gives the schema for the CRD and the Helm chart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS",
+    "AuthConfig",
+    "ConfigError",
+    "KafkaSinkConfig",
+    "LimitsConfig",
+    "ListenConfig",
+    "LoggingConfig",
+    "ObservabilityConfig",
+    "PrivacyConfig",
+    "QuotaOverride",
+    "QuotaOverridesFile",
+    "QuotasConfig",
+    "RateLimitConfig",
+    "ReceiverConfig",
+    "ShutdownConfig",
+    "TlsConfig",
+    "ValidationConfig",
+    "dump_config_yaml",
+    "load_config",
+    "parse_config",
+]
+
+DEFAULT_ENTITY = "<default>"
+
+# KIP-714 "Private metrics": nothing that identifies the application's host, OS, process, runtime
+# environment or credentials. Patterns are attribute keys; `*` matches any run of characters.
+DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS: tuple[str, ...] = (
+    "host.*",
+    "os.*",
+    "device.*",
+    "process.command",
+    "process.command_line",
+    "process.command_args",
+    "process.executable.*",
+    "process.owner",
+    "process.user.*",
+    "process.real_user.*",
+    "process.saved_user.*",
+    "process.environment_variable.*",
+    "process.working_directory",
+    "container.*",
+    "k8s.*",
+    "cloud.*",
+    "net.host.*",
+    "enduser.*",
+    "user.*",
+    "*password*",
+    "*passwd*",
+    "*secret*",
+    "*token*",
+    "*credential*",
+    "*sasl.*",
+    "*ssl.key*",
+    "*api_key*",
+    "*apikey*",
+    "*private_key*",
+)
+
+
+class ConfigError(ValueError):
+    """The configuration file or the environment it names is invalid; the message says where and why."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        strict=True,
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+    )
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+Port = Annotated[int, Field(ge=0, le=65535)]
+
+
+class TlsConfig(_Model):
+    """TLS on the listener; with `clientCaFile` every client must present a certificate it signed (mTLS)."""
+
+    cert_file: str = Field(description="PEM server certificate (chain) path.")
+    key_file: str = Field(description="PEM private key path.")
+    client_ca_file: str | None = Field(
+        default=None, description="PEM CA bundle; when set, client certificates are required (mutual TLS)."
+    )
+
+
+class ListenConfig(_Model):
+    host: str = Field(default="0.0.0.0", description="Address to bind.")
+    port: Port = Field(default=4318, description="OTLP/HTTP port (4318 is the OTLP/HTTP default).")
+    tls: TlsConfig | None = None
+    reuse_port: bool = Field(
+        default=False, description="SO_REUSEPORT, so several receiver processes can share one port."
+    )
+    backlog: PositiveInt = 1024
+
+
+class AuthConfig(_Model):
+    bearer_token_env: str | None = Field(
+        default=None,
+        description="Environment variable holding the bearer token every push must carry "
+        "(`Authorization: Bearer <token>`). Null disables token checks (then use mTLS or a NetworkPolicy).",
+    )
+
+
+class LimitsConfig(_Model):
+    max_compressed_bytes: PositiveInt = Field(
+        default=512 * 1024, description="Largest request body as received (413 above)."
+    )
+    max_decompressed_bytes: PositiveInt = Field(
+        default=960 * 1024,
+        description="Largest body after decompression (413 above; bombs are cut off, never inflated "
+        "whole). Keep below the topic's max.message.bytes (1 MiB by default) minus headers.",
+    )
+    max_inflight_requests: PositiveInt = Field(
+        default=1024, description="Pushes being processed or awaiting Kafka at once (503 above)."
+    )
+    max_inflight_bytes: PositiveInt = Field(
+        default=64 * 1024 * 1024,
+        description="Body bytes (received + decompressed) held by in-flight pushes (503 above).",
+    )
+    overload_retry_after_seconds: PositiveInt = Field(
+        default=2, description="Retry-After (seconds) sent with 503 when overloaded or Kafka is down."
+    )
+
+
+class PrivacyConfig(_Model):
+    """Which attribute keys (resource, scope and data point) are dropped before storing (KIP-714).
+
+    A key is kept when it matches an `allow` pattern, otherwise dropped when it matches a `deny` pattern,
+    otherwise kept or dropped per `defaultAction`. Patterns are keys with `*` wildcards.
+    """
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS
+    default_action: Literal["keep", "drop"] = "keep"
+    check_data_point_attributes: bool = Field(
+        default=True, description="Also filter data point attributes (costs a walk over every point)."
+    )
+
+
+class ValidationConfig(_Model):
+    check_data_points: bool = Field(
+        default=True,
+        description="Check every data point (a number point has a value, histogram buckets fit their "
+        "bounds) and drop bad ones (partial success). Costs ~1 us per point; metric-level checks always run.",
+    )
+
+
+class RateLimitConfig(_Model):
+    """Per client instance push-interval rate limiting, as the broker does it (KIP-714)."""
+
+    enabled: bool = True
+    default_interval_ms: PositiveInt | None = Field(
+        default=None,
+        description="Interval for pushes without the broker's `kct-push-interval-ms` header; "
+        "null = such pushes are not rate limited.",
+    )
+    tolerance: float = Field(
+        default=0.2,
+        ge=0.0,
+        lt=1.0,
+        description="Fraction of the interval a push may arrive early (the plugin's queue adds jitter "
+        "after the broker's own check).",
+    )
+    min_state_ttl_ms: PositiveInt = Field(
+        default=60_000, description="State per client instance lives MAX(this, 3 x interval)."
+    )
+    max_tracked_clients: PositiveInt = Field(
+        default=500_000, description="Bound on tracked client instances; the least recent are evicted."
+    )
+
+
+class QuotaOverride(_Model):
+    """A quota for one KIP-257 entity: `<user, client-id>`, `<user>` or `<client-id>`.
+
+    `user` / `clientId` are a name, `"<default>"` (the default entity), or absent (not part of the entity).
+    Rates are per second; absent = not set at this level (a less specific level applies).
+    """
+
+    user: str | None = None
+    client_id: str | None = None
+    byte_rate: Annotated[float, Field(gt=0)] | None = None
+    push_rate: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _names_an_entity(self) -> QuotaOverride:
+        if self.user is None and self.client_id is None:
+            raise ValueError("a quota override needs `user`, `clientId` or both (use \"<default>\" for defaults)")
+        if self.byte_rate is None and self.push_rate is None:
+            raise ValueError("a quota override needs `byteRate`, `pushRate` or both")
+        return self
+
+
+class QuotaOverridesFile(_Model):
+    """The overrides file (`quotas.overridesFile`), re-read when it changes."""
+
+    overrides: tuple[QuotaOverride, ...] = ()
+
+
+class QuotasConfig(_Model):
+    """KIP-13 rate quotas over N windows, resolved per KIP-257 entity precedence."""
+
+    enabled: bool = True
+    window_count: Annotated[int, Field(ge=2, le=120)] = 10
+    window_size_ms: PositiveInt = 1000
+    default_byte_rate: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Decompressed OTLP bytes/s per client id when no override applies; null = unlimited.",
+    )
+    default_push_rate: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Pushes/s per client id when no override applies; null = unlimited."
+    )
+    overrides: tuple[QuotaOverride, ...] = ()
+    overrides_file: str | None = Field(
+        default=None, description="YAML file with `overrides:`; re-read on change, no restart needed."
+    )
+    reload_interval_ms: PositiveInt = 5000
+    max_tracked_entities: PositiveInt = 200_000
+
+
+class KafkaSinkConfig(_Model):
+    bootstrap_servers: str | None = None
+    bootstrap_servers_env: str | None = Field(
+        default=None, description="Environment variable with the bootstrap servers (wins over the value)."
+    )
+    topic: str = Field(default="client-telemetry", min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")
+    producer_properties: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="librdkafka properties (e.g. security.protocol, compression.type)."
+    )
+    producer_properties_from_env: dict[str, str] = Field(
+        default_factory=dict, description="librdkafka property -> environment variable (e.g. sasl.password)."
+    )
+    delivery_timeout_ms: PositiveInt = Field(
+        default=10_000, description="How long a push waits for Kafka's acknowledgement before 503."
+    )
+    readiness_timeout_ms: PositiveInt = 2000
+    readiness_interval_ms: PositiveInt = 2000
+
+    @model_validator(mode="after")
+    def _has_bootstrap(self) -> KafkaSinkConfig:
+        if self.bootstrap_servers is None and self.bootstrap_servers_env is None:
+            raise ValueError("set `bootstrapServers` or `bootstrapServersEnv`")
+        reserved = {"enable.idempotence", "acks", "bootstrap.servers"} & (
+            set(self.producer_properties) | set(self.producer_properties_from_env)
+        )
+        if reserved:
+            raise ValueError(f"producer properties {sorted(reserved)} are set by the receiver, remove them")
+        return self
+
+
+class ObservabilityConfig(_Model):
+    """Self-observability layers (like an API gateway's global/proxy/backend): enable what you use."""
+
+    ingress: bool = Field(default=True, description="HTTP server metrics (http.server.*) and rejections.")
+    pipeline: bool = Field(default=True, description="Decode, filter, rate-limit and quota metrics.")
+    sink: bool = Field(default=True, description="Kafka producer metrics (messaging.client.*).")
+    metrics_path: str = "/metrics"
+
+
+class LoggingConfig(_Model):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["json", "text"] = "json"
+    access_log: bool = False
+
+
+class ShutdownConfig(_Model):
+    drain_timeout_ms: PositiveInt = Field(
+        default=20_000, description="On SIGTERM: time allowed for in-flight pushes and the producer flush."
+    )
+
+
+class ReceiverConfig(_Model):
+    """The whole receiver configuration (the file given to `kct receiver --config`)."""
+
+    listen: ListenConfig = ListenConfig()
+    auth: AuthConfig = AuthConfig()
+    limits: LimitsConfig = LimitsConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
+    validation: ValidationConfig = ValidationConfig()
+    rate_limit: RateLimitConfig = RateLimitConfig()
+    quotas: QuotasConfig = QuotasConfig()
+    kafka: KafkaSinkConfig
+    observability: ObservabilityConfig = ObservabilityConfig()
+    logging: LoggingConfig = LoggingConfig()
+    shutdown: ShutdownConfig = ShutdownConfig()
+
+    @model_validator(mode="after")
+    def _limits_consistent(self) -> ReceiverConfig:
+        lim = self.limits
+        if lim.max_inflight_bytes < lim.max_decompressed_bytes:
+            raise ValueError(
+                f"limits.maxInflightBytes: {lim.max_inflight_bytes} is below limits.maxDecompressedBytes "
+                f"({lim.max_decompressed_bytes}); no push could ever be admitted"
+            )
+        return self
+
+
+def _format_validation_error(source: str, exc: Exception) -> str:
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return f"{source}: {exc}"
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"{source}: {where}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def parse_config(data: object, source: str = "<config>") -> ReceiverConfig:
+    """Validate an already-parsed YAML/JSON document (JSON semantics: arrays may fill tuples)."""
+    from pydantic import ValidationError
+
+    try:
+        return ReceiverConfig.model_validate_json(json.dumps(data))
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(source, exc)) from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _load_yaml(path: Path) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def load_config(path: str | os.PathLike[str]) -> ReceiverConfig:
+    """Read and validate the YAML configuration file."""
+    p = Path(path)
+    return parse_config(_load_yaml(p), str(p))
+
+
+def load_quota_overrides(path: str | os.PathLike[str]) -> QuotaOverridesFile:
+    """Read and validate a quota overrides file."""
+    from pydantic import ValidationError
+
+    p = Path(path)
+    data = _load_yaml(p)
+    if data is None:
+        return QuotaOverridesFile()
+    try:
+        return QuotaOverridesFile.model_validate_json(json.dumps(data))
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(str(p), exc)) from None
+
+
+def dump_config_yaml(config: ReceiverConfig) -> str:
+    """Serialize for a ConfigMap: camelCase keys, defaults included, round-trips through `load_config`."""
+    import yaml
+
+    return str(yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False))
+
+
+def resolve_env(name: str, field: str) -> str:
+    """The value of environment variable `name`, named by config field `field`; ConfigError if unset/empty."""
+    value = os.environ.get(name)
+    if not value:
+        raise ConfigError(f"{field}: environment variable {name!r} is not set or empty")
+    return value

@@ -1,0 +1,249 @@
+"""The Kafka sink: a confluent-kafka (librdkafka) idempotent producer with `acks=all`.
+
+`produce()` only enqueues; the delivery report says whether the broker stored the record. A dedicated
+thread polls the producer and hands reports back to the event loop in batches (one loop wake-up per
+poll, not per record), so the loop never blocks on librdkafka. Every push waits for its own report:
+success -> the HTTP layer answers 200; failure or timeout -> 503 with Retry-After (or 413 when the record
+exceeds the topic's limit). librdkafka's queue is bounded; a full queue is a 503 too.
+
+Readiness is a cached metadata request (`list_topics(topic)`) refreshed in the background; while it
+fails, pushes are refused at once with 503 instead of piling up behind `message.timeout.ms`. A fatal
+producer error (possible with idempotence) replaces the producer, so Kafka outages heal without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from kct.receiver.config import KafkaSinkConfig, resolve_env
+from kct.receiver.errors import PayloadTooLarge, PushRejected, Unavailable
+
+__all__ = ["KafkaSink", "producer_config"]
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.05
+
+
+def producer_config(config: KafkaSinkConfig, max_record_bytes: int) -> dict[str, Any]:
+    """librdkafka properties: the user's, then what the receiver's guarantees require."""
+    if config.bootstrap_servers_env is not None:
+        bootstrap = resolve_env(config.bootstrap_servers_env, "kafka.bootstrapServersEnv")
+    else:
+        assert config.bootstrap_servers is not None
+        bootstrap = config.bootstrap_servers
+    conf: dict[str, Any] = {
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        # Every queued record is a push awaiting its answer, already bounded by limits.maxInflight*;
+        # these only cap librdkafka if records outlive their request (the delivery-report margin).
+        "queue.buffering.max.messages": 100_000,
+        "queue.buffering.max.kbytes": 131_072,
+        "client.id": "kct-receiver",
+        # The receiver's own client would push its telemetry to the cluster it feeds: not wanted.
+        "enable.metrics.push": False,
+    }
+    conf.update(config.producer_properties)
+    for prop, env in config.producer_properties_from_env.items():
+        conf[prop] = resolve_env(env, f"kafka.producerPropertiesFromEnv.{prop}")
+    conf.update(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.timeout.ms": config.delivery_timeout_ms,
+            "message.max.bytes": max(int(conf.get("message.max.bytes", 0)), max_record_bytes),
+        }
+    )
+    return conf
+
+
+class KafkaSink:
+    def __init__(
+        self,
+        config: KafkaSinkConfig,
+        max_record_bytes: int,
+        *,
+        retry_after_s: int = 2,
+        on_ready_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._config = config
+        self._conf = producer_config(config, max_record_bytes)
+        self._conf["error_cb"] = self._on_error
+        self._conf["logger"] = logging.getLogger("kct.receiver.librdkafka")  # JSON logs, like ours
+        self._retry_after_s = retry_after_s
+        self._on_ready_change = on_ready_change
+        self._producer = Producer(self._conf)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reports: list[tuple[asyncio.Future[None], KafkaError | None]] = []
+        self._reports_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._fatal = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._prober: asyncio.Task[None] | None = None
+        self._ready = False
+        self._ready_reason = "not probed yet"
+        self._inflight = 0
+        self.producer_replacements = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._poller = threading.Thread(target=self._poll_forever, name="kct-kafka-poll", daemon=True)
+        self._poller.start()
+        await self._probe_once()
+        self._prober = asyncio.create_task(self._probe_forever(), name="kct-kafka-readiness")
+
+    async def close(self, timeout_s: float) -> None:
+        if self._prober is not None:
+            self._prober.cancel()
+        remaining = await asyncio.to_thread(self._producer.flush, timeout_s)
+        if remaining:
+            log.warning("producer closed with undelivered records", extra={"records": remaining})
+        self._stop.set()
+        if self._poller is not None:
+            await asyncio.to_thread(self._poller.join, 2.0)
+
+    # -- readiness -------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def ready_reason(self) -> str:
+        return self._ready_reason
+
+    def inflight(self) -> int:
+        return self._inflight
+
+    def _probe(self) -> tuple[bool, str]:
+        timeout = self._config.readiness_timeout_ms / 1000.0
+        try:
+            metadata = self._producer.list_topics(self._config.topic, timeout=timeout)
+        except KafkaException as exc:
+            return False, f"Kafka metadata request failed: {exc.args[0]}"
+        topic = metadata.topics.get(self._config.topic)
+        if topic is None or topic.error is not None:
+            return False, f"topic {self._config.topic!r} unavailable: {getattr(topic, 'error', 'missing')}"
+        if not topic.partitions:
+            return False, f"topic {self._config.topic!r} has no partitions"
+        return True, "ok"
+
+    async def _probe_once(self) -> None:
+        ready, reason = await asyncio.to_thread(self._probe)
+        if ready != self._ready:
+            log.info("kafka readiness changed", extra={"ready": ready, "reason": reason})
+            if self._on_ready_change is not None:
+                self._on_ready_change(ready)
+        self._ready, self._ready_reason = ready, reason
+
+    async def _probe_forever(self) -> None:
+        interval = self._config.readiness_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._probe_once()
+            except Exception:  # a probe must never kill the prober
+                log.exception("kafka readiness probe crashed")
+
+    # -- delivery --------------------------------------------------------------------------------
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            log.error("fatal producer error; replacing the producer", extra={"error": str(err)})
+            self._fatal.set()
+        else:
+            log.warning("producer error", extra={"error": str(err)})
+
+    def _poll_forever(self) -> None:
+        while not self._stop.is_set():
+            producer = self._producer
+            producer.poll(_POLL_S)
+            self._hand_over()
+            if self._fatal.is_set():
+                self._replace_producer(producer)
+
+    def _replace_producer(self, old: Any) -> None:
+        self._fatal.clear()
+        self._producer = Producer(self._conf)
+        self.producer_replacements += 1
+        # Fail what the dead producer still holds, so no push waits for a report that never comes.
+        try:
+            old.purge()
+            old.poll(0)
+            old.flush(0)
+        except Exception:
+            log.exception("purging the replaced producer failed")
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        with self._reports_lock:
+            if not self._reports:
+                return
+            reports, self._reports = self._reports, []
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(_resolve_all, reports)
+
+    async def send(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
+        if not self._ready:
+            raise Unavailable(
+                "kafka_not_ready", f"Kafka is not reachable: {self._ready_reason}", retry_after_s=self._retry_after_s
+            )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        lock = self._reports_lock
+
+        def on_delivery(err: KafkaError | None, _msg: object) -> None:
+            with lock:
+                self._reports.append((future, err))
+
+        try:
+            self._producer.produce(
+                self._config.topic, value=value, key=key, headers=list(headers), on_delivery=on_delivery
+            )
+        except BufferError:
+            raise Unavailable(
+                "kafka_queue_full", "the Kafka producer queue is full", retry_after_s=self._retry_after_s
+            ) from None
+        except KafkaException as exc:
+            raise self._rejection(exc.args[0]) from None
+        self._inflight += 1
+        try:
+            # librdkafka times the record out at message.timeout.ms; the margin only guards a lost report.
+            await asyncio.wait_for(future, self._config.delivery_timeout_ms / 1000.0 + 5.0)
+        except TimeoutError:
+            raise Unavailable(
+                "kafka_timeout", "no delivery report from Kafka in time", retry_after_s=self._retry_after_s
+            ) from None
+        except _DeliveryFailed as failed:
+            raise self._rejection(failed.err) from None
+        finally:
+            self._inflight -= 1
+
+    def _rejection(self, err: KafkaError) -> PushRejected:
+        code = err.code()
+        if code == KafkaError.MSG_SIZE_TOO_LARGE:
+            return PayloadTooLarge("record_too_large", f"the record is larger than the topic accepts: {err.str()}")
+        reason = "kafka_timeout" if code == KafkaError._MSG_TIMED_OUT else "kafka_error"
+        return Unavailable(reason, f"Kafka did not store the record: {err.str()}", retry_after_s=self._retry_after_s)
+
+
+def _resolve_all(reports: list[tuple[asyncio.Future[None], KafkaError | None]]) -> None:
+    for future, err in reports:
+        if future.done():
+            continue
+        if err is None:
+            future.set_result(None)
+        else:
+            future.set_exception(_DeliveryFailed(err))
+
+
+class _DeliveryFailed(Exception):
+    def __init__(self, err: KafkaError) -> None:
+        super().__init__(err.str())
+        self.err = err

@@ -1,0 +1,267 @@
+"""One push, from received bytes to an acknowledged Kafka record. Independent of the HTTP server.
+
+Order (cheapest refusals first, nothing written unless everything passed):
+
+    labels from headers -> push-interval rate limit (when the broker named the instance)
+    -> decompress (bounded) -> in-flight bytes budget -> decode -> client instance id fallback
+    -> rate limit (otherwise) -> quotas -> validate + drop private attributes
+    -> value (the sender's bytes when untouched) -> sink, await Kafka's acknowledgement
+
+The client instance id (record key) comes from, in order: the broker plugin's `kct-client-instance-id`
+header; the resource attributes `client_instance_id`, `client.instance.id`, `service.instance.id`; else a
+fresh random id (then the push is not rate limited, having no identity). The client id for quotas comes
+from `kct-client-id`, else the resource attributes `client_id` / `client.id`, else "". The quota user is
+principal name of `kct-principal` ("User:alice" -> "alice", as Kafka's quota entities name users), else
+the mTLS client certificate's subject CN, else "".
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kct.otlp import labels as L
+from kct.receiver.codec import Negotiated, decode_request, decompress
+from kct.receiver.config import ReceiverConfig
+from kct.receiver.errors import BadRequest, PushRejected, Unavailable
+from kct.receiver.privacy import AttributeFilter
+from kct.receiver.quota import QuotaManager
+from kct.receiver.ratelimit import PushIntervalLimiter, Ticket
+from kct.receiver.sanitize import resource_attribute, sanitize
+from kct.receiver.sink import Sink
+from kct.receiver.telemetry import Telemetry
+
+__all__ = ["Outcome", "Pipeline", "Push"]
+
+INSTANCE_ID_ATTRIBUTES = ("client_instance_id", "client.instance.id", "service.instance.id")
+CLIENT_ID_ATTRIBUTES = ("client_id", "client.id")
+
+
+@dataclass(frozen=True)
+class Push:
+    headers: Mapping[str, str]  # looked up by lower-case name
+    body: bytes
+    negotiated: Negotiated
+    content_type: str
+    content_encoding: str
+    peer_principal: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    rejected_data_points: int
+    error_message: str
+    client_instance_id: str
+    data_points: int
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Admission:
+    """Bounds the work in flight: pushes being handled, and the body bytes they hold (as received plus
+    decompressed), so memory stays bounded whatever the senders do."""
+
+    def __init__(self, max_requests: int, max_bytes: int, retry_after_s: int) -> None:
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self.retry_after_s = retry_after_s
+        self.requests = 0
+        self.bytes = 0
+
+    def enter(self) -> None:
+        if self.requests >= self.max_requests:
+            raise Unavailable(
+                "overloaded", f"{self.requests} pushes in flight (limits.maxInflightRequests)",
+                retry_after_s=self.retry_after_s,
+            )
+        self.requests += 1
+
+    def leave(self) -> None:
+        self.requests -= 1
+
+    def reserve(self, n: int) -> None:
+        if self.bytes + n > self.max_bytes:
+            raise Unavailable(
+                "overloaded", f"{self.bytes} bytes in flight (limits.maxInflightBytes)",
+                retry_after_s=self.retry_after_s,
+            )
+        self.bytes += n
+
+    def release(self, n: int) -> None:
+        self.bytes -= n
+
+
+class Pipeline:
+    def __init__(
+        self,
+        config: ReceiverConfig,
+        sink: Sink,
+        telemetry: Telemetry,
+        *,
+        monotonic_ms: Callable[[], float] = _monotonic_ms,
+        wall_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.config = config
+        self.sink = sink
+        self.telemetry = telemetry
+        self.filter = AttributeFilter(config.privacy)
+        self.limiter = PushIntervalLimiter(config.rate_limit)
+        self.quotas = QuotaManager(config.quotas)
+        lim = config.limits
+        self.admission = Admission(lim.max_inflight_requests, lim.max_inflight_bytes, lim.overload_retry_after_seconds)
+        self._monotonic_ms = monotonic_ms
+        self._wall_ms = wall_ms
+        telemetry.track_state(lambda: len(self.limiter), lambda: len(self.quotas))
+
+    async def process(self, push: Push) -> Outcome:
+        """Store `push` as one record or raise PushRejected; the caller holds an `admission.enter()`."""
+        try:
+            return await self._process(push, _TicketBox())
+        except PushRejected as rejected:
+            if rejected.status == 429:
+                self.telemetry.throttled(rejected.reason, float(rejected.retry_after_s or 0))
+            raise
+
+    async def _process(self, push: Push, box: _TicketBox) -> Outcome:
+        cfg = self.config
+        tel = self.telemetry
+        perf = time.perf_counter
+        received_ms = self._wall_ms()
+        headers = push.headers
+
+        record_headers, instance_id, client_id, principal, interval_ms, terminating = _broker_labels(headers)
+        user = _quota_user(principal) if principal is not None else (push.peer_principal or "")
+        if instance_id is not None:
+            box.ticket = self.limiter.acquire(instance_id, interval_ms, terminating, self._monotonic_ms())
+        try:
+            self.admission.reserve(len(push.body))
+            box.reserved = len(push.body)
+            t0 = perf()
+            data = decompress(push.body, push.negotiated.encoding, cfg.limits.max_decompressed_bytes)
+            t1 = perf()
+            if data is not push.body:
+                self.admission.reserve(len(data))
+                box.reserved += len(data)
+            request = decode_request(data, push.negotiated.fmt)
+            t2 = perf()
+            if push.negotiated.encoding:
+                tel.stage("decompress", t1 - t0)
+            tel.stage("decode", t2 - t1)
+
+            id_source = "header"
+            if instance_id is None:
+                instance_id = resource_attribute(request, INSTANCE_ID_ATTRIBUTES)
+                if instance_id is not None:
+                    id_source = "resource"
+                    box.ticket = self.limiter.acquire(instance_id, interval_ms, terminating, self._monotonic_ms())
+                else:
+                    id_source = "generated"
+                    instance_id = uuid.uuid4().hex
+                record_headers.append((L.CLIENT_INSTANCE_ID.name, instance_id.encode()))
+            if client_id is None:
+                client_id = resource_attribute(request, CLIENT_ID_ATTRIBUTES) or ""
+
+            self.quotas.admit(user, client_id, len(data), self._monotonic_ms())
+
+            t3 = perf()
+            is_protobuf = push.negotiated.fmt == "protobuf"
+            result = sanitize(
+                request,
+                self.filter,
+                point_attributes=not is_protobuf or self.filter.may_drop_in(data),
+                check_points=cfg.validation.check_data_points,
+            )
+            if result.data_points == 0 and (result.rejected_data_points or result.dropped_metrics):
+                raise BadRequest("no_valid_data", f"nothing valid in the push: {result.error_message}")
+            modified = result.modified or not is_protobuf
+            value = request.SerializeToString() if modified else data
+            t4 = perf()
+            tel.stage("sanitize", t4 - t3)
+
+            record_headers.extend(
+                (
+                    (L.RECORD_META_PUSH_ID, uuid.uuid4().hex.encode()),
+                    (L.RECORD_META_RECEIVED_MS, str(received_ms).encode()),
+                    (L.RECORD_META_FORMAT, L.RECORD_VALUE_FORMAT.encode()),
+                    (L.RECORD_META_CONTENT_TYPE, push.content_type.encode("utf-8", "replace")),
+                    (L.RECORD_META_CONTENT_ENCODING, push.content_encoding.encode("utf-8", "replace")),
+                    (L.RECORD_META_MODIFIED, b"true" if modified else b"false"),
+                    (L.RECORD_META_DATA_POINTS, str(result.data_points).encode()),
+                    (L.RECORD_META_INSTANCE_ID_SOURCE, id_source.encode()),
+                )
+            )
+            t5 = perf()
+            try:
+                await self.sink.send(instance_id.encode(), value, record_headers)
+            except PushRejected as exc:
+                tel.sent(perf() - t5, exc.reason)
+                raise
+            tel.sent(perf() - t5, None)
+            tel.push_accepted(result.data_points, result.rejected_data_points, result.dropped_attributes, modified)
+            box.ticket = None  # keep the rate-limit state: the push is stored
+            return Outcome(result.rejected_data_points, result.error_message, instance_id, result.data_points)
+        finally:
+            if box.ticket is not None:
+                self.limiter.release(box.ticket)
+            if box.reserved:
+                self.admission.release(box.reserved)
+
+
+def _quota_user(principal: str) -> str:
+    """Kafka quotas name users by principal name: "User:alice" -> "alice" (KafkaPrincipal "type:name")."""
+    _, sep, name = principal.partition(":")
+    return name if sep else principal
+
+
+class _TicketBox:
+    __slots__ = ("reserved", "ticket")
+
+    def __init__(self) -> None:
+        self.ticket: Ticket | None = None
+        self.reserved = 0
+
+
+def _broker_labels(
+    headers: Mapping[str, str],
+) -> tuple[list[tuple[str, bytes]], str | None, str | None, str | None, int | None, bool]:
+    """Record headers from the plugin's HTTP headers, plus the values the pipeline itself needs."""
+    record_headers: list[tuple[str, bytes]] = []
+    values: dict[str, str] = {}
+    for label in L.BROKER_LABELS:
+        raw = headers.get(label.http_header)
+        if raw is None:
+            continue
+        try:
+            value = L.decode_header_value(raw)
+        except UnicodeDecodeError:
+            raise BadRequest("bad_header", f"header {label.http_header}: invalid percent-encoded UTF-8") from None
+        values[label.name] = value
+        record_headers.append((label.name, value.encode()))
+    interval_ms: int | None = None
+    raw_interval = values.get(L.PUSH_INTERVAL_MS.name)
+    if raw_interval is not None:
+        if not raw_interval.isdigit() or not 0 < int(raw_interval) <= 86_400_000:
+            raise BadRequest(
+                "bad_header", f"header {L.PUSH_INTERVAL_MS.http_header}: {raw_interval!r} is not a positive integer"
+            )
+        interval_ms = int(raw_interval)
+    raw_terminating = values.get(L.TERMINATING.name, "false").lower()
+    if raw_terminating not in ("true", "false"):
+        raise BadRequest("bad_header", f"header {L.TERMINATING.http_header}: {raw_terminating!r} is not true/false")
+    instance_id = values.get(L.CLIENT_INSTANCE_ID.name) or None
+    return (
+        record_headers,
+        instance_id,
+        values.get(L.CLIENT_ID.name),
+        values.get(L.PRINCIPAL.name),
+        interval_ms,
+        raw_terminating == "true",
+    )

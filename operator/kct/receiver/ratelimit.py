@@ -1,0 +1,114 @@
+"""Per client instance push-interval rate limiting, the way the broker does it (KIP-714).
+
+A client instance may push once per push interval. An early push is refused (the broker answers
+RateLimited; we answer 429 with Retry-After = the time left). Exception: a push flagged `terminating` is
+accepted once even if early; a following push is limited as if the flag were not set. State per instance
+lives MAX(60 s, 3 x interval) after its last accepted push; there is no state across restarts or replicas.
+
+The broker already enforced this before calling the plugin; the receiver repeats it because any OTLP
+sender can reach it, with a small tolerance for the jitter the plugin's queue adds. The number of tracked
+instances is bounded; the least recently seen are evicted first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from kct.receiver.config import RateLimitConfig
+from kct.receiver.errors import TooManyRequests
+
+__all__ = ["PushIntervalLimiter", "Ticket"]
+
+
+@dataclass
+class _State:
+    last_accept_ms: float
+    interval_ms: int
+    expires_ms: float
+    early_terminating_used: bool
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """An accepted push; `PushIntervalLimiter.release` undoes it when the push fails later."""
+
+    instance_id: str
+    previous: _State | None
+
+
+class PushIntervalLimiter:
+    def __init__(self, config: RateLimitConfig) -> None:
+        self._config = config
+        self._states: OrderedDict[str, _State] = OrderedDict()
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def ttl_ms(self, interval_ms: int) -> int:
+        return max(self._config.min_state_ttl_ms, 3 * interval_ms)
+
+    def _expire(self, now_ms: float) -> None:
+        states = self._states
+        # Entries are in last-touch order, and TTLs differ per interval, so this is approximate at the
+        # head: it stops at the first live entry. Expired entries behind it are evicted on the next pass
+        # or by the size bound; they never refuse a push (an expired state behaves as no state).
+        while states:
+            key, state = next(iter(states.items()))
+            if state.expires_ms > now_ms:
+                return
+            del states[key]
+
+    def acquire(
+        self, instance_id: str, interval_ms: int | None, terminating: bool, now_ms: float
+    ) -> Ticket | None:
+        """Admit one push or raise TooManyRequests; None when this push is not rate limited at all."""
+        cfg = self._config
+        if not cfg.enabled:
+            return None
+        interval = interval_ms or cfg.default_interval_ms
+        if not interval:
+            return None
+        self._expire(now_ms)
+        states = self._states
+        state = states.get(instance_id)
+        if state is not None and state.expires_ms <= now_ms:
+            state = None
+        if state is None:
+            states[instance_id] = _State(now_ms, interval, now_ms + self.ttl_ms(interval), False)
+            states.move_to_end(instance_id)
+            while len(states) > cfg.max_tracked_clients:
+                states.popitem(last=False)
+                self.evicted += 1
+            return Ticket(instance_id, None)
+        previous = _State(state.last_accept_ms, state.interval_ms, state.expires_ms, state.early_terminating_used)
+        min_gap = interval * (1.0 - cfg.tolerance)
+        elapsed = now_ms - state.last_accept_ms
+        if elapsed >= min_gap:
+            state.early_terminating_used = False
+        elif terminating and not state.early_terminating_used:
+            state.early_terminating_used = True
+        else:
+            retry_after = max(1, math.ceil((min_gap - elapsed) / 1000.0))
+            raise TooManyRequests(
+                "rate_limited",
+                f"client instance {instance_id!r} pushed {elapsed:.0f} ms after its previous push; "
+                f"the push interval is {interval} ms",
+                retry_after_s=retry_after,
+            )
+        state.last_accept_ms = now_ms
+        state.interval_ms = interval
+        state.expires_ms = now_ms + self.ttl_ms(interval)
+        states.move_to_end(instance_id)
+        return Ticket(instance_id, previous)
+
+    def release(self, ticket: Ticket | None) -> None:
+        """The push admitted by `ticket` failed downstream: let the sender retry without waiting."""
+        if ticket is None:
+            return
+        if ticket.previous is None:
+            self._states.pop(ticket.instance_id, None)
+        elif ticket.instance_id in self._states:
+            self._states[ticket.instance_id] = ticket.previous

@@ -1,0 +1,264 @@
+"""The HTTP face of the receiver (aiohttp): OTLP/HTTP `POST /v1/metrics`, `/healthz`, `/readyz`, `/metrics`.
+
+Answers follow the OTLP/HTTP specification: 200 with an ExportMetricsServiceResponse (partial_success when
+points were dropped) in the request's content type; errors carry a google.rpc.Status in that content type;
+429 and 503 carry Retry-After. The handler only checks what needs no body (token, content type and
+encoding, declared length, admission), reads the body with a hard cap, and hands the rest to `Pipeline`.
+
+aiohttp's own request decompression is switched off (`auto_decompress=False`): it would inflate a bomb
+before we could cap it. Why aiohttp at all: see the README ("HTTP server choice"), measured with
+`bench/receiver_throughput.py --compare-http`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import signal
+import ssl
+import time
+from typing import Any
+
+from aiohttp import web
+
+from kct.receiver.codec import encode_export_response, encode_status, negotiate, response_format
+from kct.receiver.config import ReceiverConfig, TlsConfig
+from kct.receiver.errors import PayloadTooLarge, PushRejected, Unauthorized, Unavailable
+from kct.receiver.pipeline import Pipeline, Push
+from kct.receiver.sink import Sink
+from kct.receiver.telemetry import CONTENT_TYPE_LATEST, Telemetry
+
+__all__ = ["ReceiverServer", "build_ssl_context"]
+
+log = logging.getLogger(__name__)
+
+ROUTE = "/v1/metrics"
+
+
+def build_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.client_ca_file is not None:
+        ctx.load_verify_locations(cafile=tls.client_ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def _peer_common_name(request: web.Request) -> str | None:
+    transport = request.transport
+    if transport is None:
+        return None
+    cert = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+class ReceiverServer:
+    """Owns the pipeline, the aiohttp application and the lifecycle (start, drain on SIGTERM, stop)."""
+
+    def __init__(
+        self, config: ReceiverConfig, sink: Sink, *, token: str | None, telemetry: Telemetry | None = None
+    ) -> None:
+        self.config = config
+        self.sink = sink
+        self.telemetry = telemetry or Telemetry(config.observability, config.kafka.topic)
+        self.pipeline = Pipeline(config, sink, self.telemetry)
+        self._token = token.encode() if token is not None else None
+        self.draining = False
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port: int | None = None
+        self._refusal_log: dict[str, tuple[float, int]] = {}
+        self.telemetry.track_sink(sink.inflight, sink.ready)
+        self.app = self._build_app()
+
+    # -- application -----------------------------------------------------------------------------
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.limits.max_compressed_bytes)
+        app.router.add_post(ROUTE, self._post_metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get(self.config.observability.metrics_path, self._prometheus)
+        return app
+
+    def _authenticate(self, request: web.Request) -> None:
+        assert self._token is not None
+        header = request.headers.get("Authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), self._token):
+            raise Unauthorized("unauthenticated", "missing or invalid bearer token")
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self.config.limits.max_compressed_bytes
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            raise PayloadTooLarge(
+                "compressed_too_large",
+                f"Content-Length {declared} exceeds limits.maxCompressedBytes ({limit} bytes)",
+            )
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise PayloadTooLarge(
+                "compressed_too_large", f"body exceeds limits.maxCompressedBytes ({limit} bytes)"
+            ) from None
+
+    async def _post_metrics(self, request: web.Request) -> web.StreamResponse:
+        tel = self.telemetry
+        started = time.perf_counter()
+        tel.active_add(1)
+        status, size = 500, -1
+        headers = request.headers
+        fmt = response_format(headers.get("Content-Type"))
+        try:
+            try:
+                if self._token is not None:
+                    self._authenticate(request)
+                content_type = headers.get("Content-Type", "")
+                content_encoding = headers.get("Content-Encoding", "")
+                negotiated = negotiate(content_type, content_encoding)
+                fmt = negotiated.fmt
+                if self.draining:
+                    raise Unavailable("draining", "the receiver is shutting down", retry_after_s=1)
+                admission = self.pipeline.admission
+                admission.enter()
+                try:
+                    body = await self._read_body(request)
+                    size = len(body)
+                    outcome = await self.pipeline.process(
+                        Push(headers, body, negotiated, content_type, content_encoding, _peer_common_name(request))
+                    )
+                finally:
+                    admission.leave()
+                status = 200
+                return web.Response(
+                    body=encode_export_response(fmt, outcome.rejected_data_points, outcome.error_message),
+                    content_type=negotiated.response_content_type,
+                )
+            except PushRejected as exc:
+                status = exc.status
+                tel.rejected(exc.reason, status)
+                if status >= 500:
+                    self._warn_refused(exc)
+                return self._error_response(fmt, exc)
+        except Exception:
+            log.exception("unexpected error handling a push")
+            tel.rejected("internal_error", 500)
+            return web.Response(status=500, body=encode_status(fmt, 500, "internal error"),
+                                content_type=_content_type(fmt))
+        finally:
+            tel.active_add(-1)
+            tel.request_done("POST", ROUTE, status, time.perf_counter() - started, size)
+
+    def _warn_refused(self, exc: PushRejected) -> None:
+        """Log server-side refusals (503) at most once per second per reason, with how many were skipped:
+        during a Kafka outage there can be thousands per second."""
+        now = time.monotonic()
+        last, skipped = self._refusal_log.get(exc.reason, (0.0, 0))
+        if now - last < 1.0:
+            self._refusal_log[exc.reason] = (last, skipped + 1)
+            return
+        self._refusal_log[exc.reason] = (now, 0)
+        log.warning("push refused", extra={"reason": exc.reason, "status": exc.status, "error": exc.message,
+                                            "similar_refusals_not_logged": skipped})
+
+    def _error_response(self, fmt: str, exc: PushRejected) -> web.Response:
+        headers: dict[str, str] = {}
+        if exc.retry_after_s is not None:
+            headers["Retry-After"] = str(exc.retry_after_s)
+        if exc.status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="kct-receiver"'
+        return web.Response(
+            status=exc.status,
+            body=encode_status(fmt, exc.status, exc.message),
+            content_type=_content_type(fmt),
+            headers=headers,
+        )
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        if self.draining:
+            return web.Response(status=503, text="draining\n")
+        if not self.sink.ready():
+            reason = getattr(self.sink, "ready_reason", "sink not ready")
+            return web.Response(status=503, text=f"not ready: {reason}\n")
+        return web.Response(text="ready\n")
+
+    async def _prometheus(self, _request: web.Request) -> web.Response:
+        body = self.telemetry.render()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect the sink, then listen. `self.port` is the bound port (useful with port 0)."""
+        cfg = self.config
+        await self.sink.start()
+        self.pipeline.quotas.reload_if_changed()
+        runner_kwargs: dict[str, Any] = {
+            "handle_signals": False,
+            "auto_decompress": False,  # we decompress ourselves, with a cap
+            "keepalive_timeout": 75.0,
+            "shutdown_timeout": cfg.shutdown.drain_timeout_ms / 1000.0,
+        }
+        if not cfg.logging.access_log:
+            runner_kwargs["access_log"] = None
+        self._runner = web.AppRunner(self.app, **runner_kwargs)
+        await self._runner.setup()
+        ssl_context = build_ssl_context(cfg.listen.tls) if cfg.listen.tls is not None else None
+        site = web.TCPSite(
+            self._runner,
+            cfg.listen.host,
+            cfg.listen.port,
+            ssl_context=ssl_context,
+            backlog=cfg.listen.backlog,
+            reuse_port=cfg.listen.reuse_port or None,
+        )
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else cfg.listen.port
+        if cfg.quotas.overrides_file is not None:
+            self._tasks.append(asyncio.create_task(self._reload_quotas_forever(), name="kct-quota-reload"))
+        log.info("receiver listening", extra={"host": cfg.listen.host, "port": self.port,
+                                               "tls": ssl_context is not None, "topic": cfg.kafka.topic})
+
+    async def _reload_quotas_forever(self) -> None:
+        interval = self.config.quotas.reload_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.pipeline.quotas.reload_if_changed()
+            except Exception:
+                log.exception("quota overrides reload crashed")
+
+    async def stop(self) -> None:
+        """Drain: refuse new pushes, stop listening, let in-flight pushes finish, flush the producer."""
+        self.draining = True
+        log.info("draining", extra={"inflight": self.pipeline.admission.requests})
+        for task in self._tasks:
+            task.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.sink.close(self.config.shutdown.drain_timeout_ms / 1000.0)
+        log.info("stopped")
+
+    async def run_until_signalled(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        await stop.wait()
+        await self.stop()
+
+
+def _content_type(fmt: str) -> str:
+    return "application/json" if fmt == "json" else "application/x-protobuf"

@@ -1,0 +1,145 @@
+"""The receiver's configuration model, the shipped example, and the small pure helpers around it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kct.otlp import labels as L
+from kct.receiver.config import (
+    ConfigError,
+    PrivacyConfig,
+    ReceiverConfig,
+    dump_config_yaml,
+    load_config,
+    parse_config,
+    resolve_env,
+)
+from kct.receiver.kafka_sink import producer_config
+from kct.receiver.privacy import AttributeFilter
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "examples" / "receiver-local.yaml"
+
+
+def test_example_targets_the_local_stack() -> None:
+    """Given examples/receiver-local.yaml, then it listens on 127.0.0.1:4318, takes the token and bootstrap
+    servers from the environment, and writes to client-telemetry."""
+    config = load_config(EXAMPLE)
+    assert (config.listen.host, config.listen.port) == ("127.0.0.1", 4318)
+    assert config.auth.bearer_token_env == "KCT_RECEIVER_TOKEN"
+    assert config.kafka.bootstrap_servers_env == "KAFKA_BOOTSTRAP_SERVERS"
+    assert config.kafka.topic == "client-telemetry"
+
+
+def test_dump_round_trips_through_load(tmp_path: Path) -> None:
+    """Given a config, when the operator renders it (camelCase YAML) and the receiver loads it, then equal."""
+    config = load_config(EXAMPLE)
+    path = tmp_path / "receiver.yaml"
+    path.write_text(dump_config_yaml(config))
+    assert load_config(path) == config
+    assert "bearerTokenEnv" in path.read_text()
+
+
+def test_typos_and_wrong_types_name_the_field() -> None:
+    """Given a misspelt key, a string for a number, or no Kafka bootstrap, then ConfigError naming each."""
+    with pytest.raises(ConfigError, match=r"limits\.maxCompresedBytes: Extra inputs"):
+        parse_config({"kafka": {"bootstrapServers": "k:9092"}, "limits": {"maxCompresedBytes": 1}})
+    with pytest.raises(ConfigError, match=r"listen\.port"):
+        parse_config({"kafka": {"bootstrapServers": "k:9092"}, "listen": {"port": "4318"}})
+    with pytest.raises(ConfigError, match="bootstrapServers"):
+        parse_config({"kafka": {"topic": "t"}})
+    with pytest.raises(ConfigError, match="maxInflightBytes"):
+        parse_config({"kafka": {"bootstrapServers": "k"}, "limits": {"maxInflightBytes": 10}})
+    with pytest.raises(ConfigError, match="set by the receiver"):
+        parse_config({"kafka": {"bootstrapServers": "k", "producerProperties": {"acks": "1"}}})
+
+
+def test_model_is_frozen_and_json_schema_able() -> None:
+    """Given the model, then instances are immutable and a JSON schema with camelCase names exists."""
+    config = parse_config({"kafka": {"bootstrapServers": "k:9092"}})
+    with pytest.raises(ValueError, match="frozen"):
+        config.kafka.topic = "x"  # type: ignore[misc]
+    schema = json.dumps(ReceiverConfig.model_json_schema(by_alias=True))
+    assert "maxDecompressedBytes" in schema and "bootstrapServersEnv" in schema
+
+
+def test_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given bootstrap servers and a SASL password named by environment variables, then the producer gets
+    their values, with idempotence and acks=all forced; a missing variable is a ConfigError naming it."""
+    monkeypatch.setenv("KB", "k1:9092,k2:9092")
+    monkeypatch.setenv("KPW", "s3cret")
+    config = parse_config(
+        {"kafka": {"bootstrapServersEnv": "KB", "producerPropertiesFromEnv": {"sasl.password": "KPW"}}}
+    )
+    conf = producer_config(config.kafka, 1_000_000)
+    assert conf["bootstrap.servers"] == "k1:9092,k2:9092"
+    assert conf["sasl.password"] == "s3cret"
+    assert conf["enable.idempotence"] is True and conf["acks"] == "all"
+    monkeypatch.delenv("KPW")
+    with pytest.raises(ConfigError, match="KPW"):
+        producer_config(config.kafka, 1_000_000)
+    with pytest.raises(ConfigError, match=r"auth\.bearerTokenEnv"):
+        resolve_env("KCT_SURELY_UNSET", "auth.bearerTokenEnv")
+
+
+# -- privacy ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["host.name", "host.id", "os.type", "os.description", "process.command_line",
+                                 "process.command_args", "process.owner", "sasl.password", "ssl.key.password",
+                                 "api_token", "k8s.pod.name", "container.image.name"])
+def test_default_privacy_drops_kip714_private_keys(key: str) -> None:
+    """Given the default filter, then host, OS, process, credential and infrastructure keys are dropped."""
+    assert not AttributeFilter(PrivacyConfig()).keeps(key)
+
+
+@pytest.mark.parametrize("key", ["service.name", "client_rack", "topic", "partition", "node_id",
+                                 "client_software_name", "process.pid"])
+def test_default_privacy_keeps_ordinary_keys(key: str) -> None:
+    """Given the default filter, then the labels of Kafka client metrics are kept."""
+    assert AttributeFilter(PrivacyConfig()).keeps(key)
+
+
+def test_allow_wins_over_deny_and_default_drop_keeps_only_allowed() -> None:
+    """Given allow=[host.name], then host.name is kept; given defaultAction=drop, only allowed keys stay."""
+    assert AttributeFilter(PrivacyConfig(allow=("host.name",))).keeps("host.name")
+    strict = AttributeFilter(PrivacyConfig(allow=("topic",), default_action="drop"))
+    assert strict.keeps("topic") and not strict.keeps("service.name")
+
+
+@given(key=st.sampled_from(["host.name", "os.type", "my.secret.thing", "db_password", "k8s.node.name"]),
+       prefix=st.binary(max_size=30), suffix=st.binary(max_size=30))
+def test_prefilter_never_hides_a_denied_key(key: str, prefix: bytes, suffix: bytes) -> None:
+    """Given any bytes containing a denied key verbatim (as protobuf stores it), then the prefilter says
+    "may drop", so the full walk runs."""
+    filt = AttributeFilter(PrivacyConfig())
+    assert not filt.keeps(key)
+    assert filt.may_drop_in(prefix + key.encode() + suffix)
+
+
+def test_prefilter_skips_ordinary_client_metrics() -> None:
+    """Given a Kafka client push with ordinary labels, then the prefilter lets the walk be skipped."""
+    from conftest import make_request
+
+    assert not AttributeFilter(PrivacyConfig()).may_drop_in(make_request(50).SerializeToString())
+
+
+# -- header labels ---------------------------------------------------------------------------------------
+
+
+@given(st.text(max_size=40))
+def test_header_values_round_trip_and_are_ascii(value: str) -> None:
+    """Given any text, then its header encoding is printable ASCII and decodes back to it."""
+    encoded = L.encode_header_value(value)
+    assert encoded.isascii() and all(c.isprintable() for c in encoded)
+    assert L.decode_header_value(encoded) == value
+
+
+def test_header_names_are_unique_and_prefixed() -> None:
+    """Given the broker labels, then each HTTP header starts with kct- and names are unique."""
+    names = [label.http_header for label in L.BROKER_LABELS]
+    assert len(set(names)) == len(names) and all(n.startswith(L.HEADER_PREFIX) for n in names)
