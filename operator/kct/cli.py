@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from kct import __version__
 
 # Modules that contribute a subcommand through `register(subparsers)`, in `kct --help` order.
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "kct.controller.runner",
+    "kct.clientmetrics_cli",
+    "kct.api.crds",
+    "kct.receiver.command",
+    "kct.aggregation.command",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

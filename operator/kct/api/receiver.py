@@ -1,0 +1,376 @@
+"""TelemetryReceiver: one resource for the whole collection path in a namespace.
+
+The receiver Deployment and its Service, config, token, disruption budget, autoscaler and network
+policy; the Kafka topic it writes to; and the Spark application that aggregates that topic. Like
+ClientMetricsSubscription, the models here are the only description of the spec (the CRD schema is
+generated from them), and the receiver's settings are not re-described: `spec.receiver` holds the
+receiver's own config sub-models (`kct.receiver.config`), and `spec.aggregation.window` / `rules` the
+Spark job's (`kct.aggregation.config`), so what the CRD accepts is exactly what those programs read.
+
+Spec fields that only the operator understands (replicas, scheduling, the token Secret, the topic's
+partitions) stay here; the operator turns the whole spec into a `ReceiverConfig` in
+`kct.render.receiver_config`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
+
+from kct.aggregation.config import ThresholdRule, WindowConfig
+from kct.api._base import SpecModel, cel_rule
+from kct.api.status import Condition
+from kct.api.subscription import KafkaConnection
+from kct.receiver.config import (
+    LimitsConfig,
+    LoggingConfig,
+    ObservabilityConfig,
+    PrivacyConfig,
+    QuotasConfig,
+    RateLimitConfig,
+    ShutdownConfig,
+    ValidationConfig,
+)
+
+__all__ = [
+    "DEFAULT_AGGREGATION_IMAGE",
+    "DEFAULT_RECEIVER_IMAGE",
+    "AggregationSpec",
+    "AutoscalingSpec",
+    "DriverSpec",
+    "ExecutorSpec",
+    "NetworkPolicySpec",
+    "OutputTopicSpec",
+    "PodDisruptionBudgetSpec",
+    "ReceiverAuthSpec",
+    "ReceiverSettings",
+    "ResourceRequirements",
+    "SecretKeyReference",
+    "TelemetryReceiverSpec",
+    "TelemetryReceiverStatus",
+    "Toleration",
+    "TopicStatus",
+    "parse_receiver_spec",
+]
+
+DEFAULT_RECEIVER_IMAGE: Final = "ghcr.io/kct-dev/kct:0.1.0"
+DEFAULT_AGGREGATION_IMAGE: Final = "ghcr.io/kct-dev/kct-spark:0.1.0"
+
+# Kubernetes quantities are written `1`, `0.5`, `500m` or `256Mi`: integer or string.
+Quantity = Annotated[
+    int | str,
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+            r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+        }
+    ),
+]
+# Opaque Kubernetes structures (affinity, network policy peers) passed through to the children.
+KubeObject = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+# A container/volume-safe size like Spark's `512m`, `2g`.
+SparkMemory = Annotated[str, Field(pattern=r"^[0-9]+[kmgtKMGT]?$", max_length=16)]
+
+
+class ResourceRequirements(SpecModel):
+    """Compute resources of the receiver container (core/v1 ResourceRequirements)."""
+
+    requests: dict[str, Quantity] | None = None
+    """e.g. `{cpu: 250m, memory: 256Mi}`."""
+    limits: dict[str, Quantity] | None = None
+    """e.g. `{memory: 512Mi}`."""
+
+
+class Toleration(SpecModel):
+    """A core/v1 Toleration."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class AutoscalingSpec(SpecModel):
+    """A HorizontalPodAutoscaler (autoscaling/v2) on CPU; when enabled it owns the replica count."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "self.minReplicas <= self.maxReplicas",
+                    "minReplicas must not exceed maxReplicas",
+                    field_path=".minReplicas",
+                )
+            ]
+        }
+    )
+
+    enabled: bool = True
+    """False removes the HorizontalPodAutoscaler and returns to `spec.replicas`."""
+    min_replicas: int = Field(default=2, ge=1, le=1000)
+    """Fewest replicas."""
+    max_replicas: int = Field(default=10, ge=1, le=1000)
+    """Most replicas; at least minReplicas."""
+    target_cpu_utilization_percentage: int = Field(default=70, ge=1, le=100, alias="targetCPUUtilizationPercentage")
+    """Average CPU utilization (percent of the CPU request) the autoscaler aims for."""
+
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas: {self.min_replicas} is above maxReplicas ({self.max_replicas}); "
+                "minReplicas must not exceed maxReplicas"
+            )
+        return self
+
+
+class SecretKeyReference(SpecModel):
+    """A key of a Secret in the resource's namespace."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Secret name."""
+    key: str = Field(default="token", min_length=1, max_length=253)
+    """Key holding the value."""
+
+
+class ReceiverAuthSpec(SpecModel):
+    """Bearer-token authentication of pushes (`Authorization: Bearer <token>`)."""
+
+    enabled: bool = True
+    """False accepts unauthenticated pushes (then restrict who can connect with `networkPolicy`)."""
+    token_secret_ref: SecretKeyReference | None = None
+    """An existing Secret with the token. Absent: the operator generates a Secret
+    `<name>-token` (key `token`) once and keeps it."""
+
+
+class ReceiverSettings(SpecModel):
+    """The receiver's own settings (`kct receiver --config`); every section is the receiver's config model.
+    Listening address, Kafka bootstrap servers, the topic and the token's environment variable are set by
+    the operator."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "!has(self.quotas) || !has(self.quotas.overrides) || "
+                    "self.quotas.overrides.all(o, has(o.user) || has(o.clientId))",
+                    "every quota override names its KIP-257 entity: user, clientId or both "
+                    '("<default>" for the default entity)',
+                    field_path=".quotas.overrides",
+                ),
+                cel_rule(
+                    "!has(self.quotas) || !has(self.quotas.overrides) || "
+                    "self.quotas.overrides.all(o, has(o.byteRate) || has(o.pushRate))",
+                    "every quota override sets byteRate, pushRate or both",
+                    field_path=".quotas.overrides",
+                ),
+            ]
+        }
+    )
+
+    auth: ReceiverAuthSpec = ReceiverAuthSpec()
+    """Push authentication."""
+    limits: LimitsConfig = LimitsConfig()
+    """Request size and in-flight limits."""
+    rate_limit: RateLimitConfig = RateLimitConfig()
+    """Per client instance push-interval enforcement (KIP-714)."""
+    quotas: QuotasConfig = QuotasConfig()
+    """Byte-rate and push-rate quotas (KIP-13 windows, KIP-257 entities `user` / `clientId`)."""
+    privacy: PrivacyConfig = PrivacyConfig()
+    """Attribute keys dropped before storing (KIP-714 private metrics)."""
+    validation: ValidationConfig = ValidationConfig()
+    """Data point validation."""
+    observability: ObservabilityConfig = ObservabilityConfig()
+    """Self-observability layers (ingress, pipeline, sink) exposed for Prometheus."""
+    logging: LoggingConfig = LoggingConfig()
+    """Log level and format."""
+    shutdown: ShutdownConfig = ShutdownConfig()
+    """Graceful drain on SIGTERM."""
+    producer_properties: dict[str, str] = Field(default_factory=dict)
+    """Extra librdkafka producer properties (e.g. `compression.type: zstd`)."""
+    producer_properties_from_secrets: dict[str, SecretKeyReference] = Field(default_factory=dict)
+    """librdkafka producer properties whose values are Secret keys (e.g. `sasl.password:
+    {name: kafka-user, key: password}`); the pods get them as environment variables, never in the ConfigMap."""
+
+
+class OutputTopicSpec(SpecModel):
+    """The Kafka topic the receiver writes one record per push to. Created by the operator."""
+
+    name: str = Field(default="client-telemetry", min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")
+    """Topic name."""
+    partitions: int = Field(default=6, ge=1, le=10000)
+    """Partition count. Partitions only grow: a smaller number is reported in status, not applied."""
+    replication_factor: int | None = Field(default=None, ge=1, le=32)
+    """Replicas per partition at creation; absent = the broker's `default.replication.factor`."""
+    retention_ms: int | None = Field(default=None, ge=-1)
+    """`retention.ms` of the topic (-1 = forever); absent = the broker's default."""
+    delete_on_removal: bool = False
+    """Delete the topic when the TelemetryReceiver is deleted. Default false: the data outlives the resource."""
+
+
+class DriverSpec(SpecModel):
+    """The Spark driver pod."""
+
+    cores: int = Field(default=1, ge=1, le=64)
+    memory: SparkMemory = "1g"
+    service_account: str | None = Field(default=None, max_length=253)
+    """Service account with the rights spark-operator's driver needs (create executor pods)."""
+
+
+class ExecutorSpec(SpecModel):
+    """The Spark executor pods."""
+
+    instances: int = Field(default=1, ge=1, le=1000)
+    cores: int = Field(default=1, ge=1, le=64)
+    memory: SparkMemory = "2g"
+
+
+class AggregationSpec(SpecModel):
+    """The Spark job aggregating the topic (kubeflow spark-operator, `sparkoperator.k8s.io/v1beta2`)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "self.mode != 'scheduled' || has(self.schedule)",
+                    "schedule is required when mode is scheduled",
+                    field_path=".schedule",
+                )
+            ]
+        }
+    )
+
+    enabled: bool = True
+    """False removes the Spark application (the aggregates already written stay)."""
+    image: str = Field(default=DEFAULT_AGGREGATION_IMAGE, min_length=1)
+    """Spark image with the job (`docker build --target spark`)."""
+    image_pull_policy: PullPolicy = "IfNotPresent"
+    spark_version: str = "4.1.1"
+    mode: Literal["streaming", "scheduled"] = "streaming"
+    """`streaming`: a SparkApplication running Structured Streaming continuously. `scheduled`: a
+    ScheduledSparkApplication that drains the topic (availableNow) on `schedule`, resuming from its checkpoint."""
+    schedule: str | None = Field(default=None, min_length=1, max_length=128)
+    """Cron schedule for `mode: scheduled`, e.g. `*/15 * * * *`."""
+    window: WindowConfig = WindowConfig()
+    """Window size, watermark and counter lookback of the job."""
+    rules: tuple[ThresholdRule, ...] = ()
+    """Threshold rules (KIP-714's example: queue latency above 5000 ms for 180 s)."""
+    sink_path: str = Field(default="/data/aggregates", min_length=1)
+    """Where Parquet tables go: a path on `sinkClaimName`'s volume, or an object store URL."""
+    sink_claim_name: str | None = Field(default=None, max_length=253)
+    """PersistentVolumeClaim mounted at `sinkPath` in driver and executors (ReadWriteMany)."""
+    trigger_seconds: int = Field(default=30, ge=0, le=86400)
+    """Micro-batch trigger of the streaming query."""
+    driver: DriverSpec = DriverSpec()
+    executor: ExecutorSpec = ExecutorSpec()
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+    """Extra `sparkConf` entries."""
+
+    @model_validator(mode="after")
+    def _schedule_when_scheduled(self) -> AggregationSpec:
+        if self.mode == "scheduled" and self.schedule is None:
+            raise ValueError("schedule: required when mode is scheduled")
+        return self
+
+
+class PodDisruptionBudgetSpec(SpecModel):
+    """The PodDisruptionBudget of the receiver pods."""
+
+    enabled: bool = True
+    max_unavailable: int = Field(default=1, ge=0)
+    """Pods a voluntary disruption (node drain) may take down at once."""
+
+
+class NetworkPolicySpec(SpecModel):
+    """A NetworkPolicy limiting who may reach the receiver's port."""
+
+    enabled: bool = False
+    from_: list[KubeObject] = Field(default_factory=list, alias="from")
+    """networking/v1 NetworkPolicyPeer entries allowed to push (e.g. the brokers' namespace); empty = anyone.
+    The metrics port stays open to every pod for scraping."""
+
+
+class TelemetryReceiverSpec(SpecModel):
+    """OTLP receivers for the brokers' telemetry plugin, their output topic and the aggregation job."""
+
+    replicas: int = Field(default=2, ge=0, le=1000)
+    """Receiver pods when autoscaling is absent or disabled."""
+    autoscaling: AutoscalingSpec | None = None
+    """CPU-based HorizontalPodAutoscaler; absent = fixed `replicas`."""
+    image: str = Field(default=DEFAULT_RECEIVER_IMAGE, min_length=1)
+    """Image with `kct` (`docker build --target runtime`)."""
+    image_pull_policy: PullPolicy = "IfNotPresent"
+    resources: ResourceRequirements | None = None
+    """Receiver container resources; set a CPU request when autoscaling."""
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    affinity: KubeObject | None = None
+    """core/v1 Affinity, copied to the pod as given."""
+    service_account_name: str | None = Field(default=None, max_length=253)
+    """Service account of the receiver pods (they call no Kubernetes API; default: the namespace's default)."""
+    receiver: ReceiverSettings = ReceiverSettings()
+    """The receiver's settings."""
+    kafka: KafkaConnection | None = None
+    """Cluster of the output topic; absent = the operator's default cluster. `secretRef` is used by the
+    operator's admin client (topic management)."""
+    topic: OutputTopicSpec = OutputTopicSpec()
+    """The output topic."""
+    aggregation: AggregationSpec | None = None
+    """Spark aggregation of the topic; absent = none."""
+    pod_disruption_budget: PodDisruptionBudgetSpec = PodDisruptionBudgetSpec()
+    network_policy: NetworkPolicySpec = NetworkPolicySpec()
+
+
+def parse_receiver_spec(raw: Any) -> TelemetryReceiverSpec:
+    """Validate a spec as the API server stores it. Parsed as JSON, so arrays fill the tuple fields of
+    the receiver's models (strict Python validation would refuse them); top-level nulls count as absent,
+    as Kubernetes drops null fields on write."""
+    data = {key: value for key, value in (raw or {}).items() if value is not None} if isinstance(raw, dict) else raw
+    return TelemetryReceiverSpec.model_validate_json(json.dumps(data if data is not None else {}))
+
+
+class TopicStatus(SpecModel):
+    """The output topic as last seen on the broker."""
+
+    name: str
+    partitions: int | None = None
+    """Partitions the topic has."""
+    requested_partitions: int | None = None
+    """Partitions the spec asks for (differs when a shrink was refused)."""
+    bootstrap_servers: str | None = None
+
+
+class TelemetryReceiverStatus(SpecModel):
+    """What the operator observed and did."""
+
+    observed_generation: int | None = None
+    """The `.metadata.generation` last reconciled."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """`Ready` (True when the Deployment is available and the topic exists), `TopicReady`,
+    `PartitionsShrinkRefused`, `ReconciliationPaused`."""
+    replicas: int | None = None
+    """Receiver pods the Deployment has."""
+    ready_replicas: int | None = None
+    """Receiver pods ready."""
+    endpoint: str | None = None
+    """In-cluster OTLP/HTTP URL for the brokers' plugin (`kct.telemetry.endpoint`)."""
+    token_secret: str | None = None
+    """Secret (and key) holding the push token, as `name/key` (`kct.telemetry.token.file`)."""
+    topic: TopicStatus | None = None
+    config_hash: str | None = None
+    """Hash of the rendered receiver config (the pods' `telemetry.kct.dev/config-hash` annotation)."""
+    children: list[str] | None = None
+    """The objects the operator applied, as `Kind/name`."""
+    last_sync_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})

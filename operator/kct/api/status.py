@@ -1,0 +1,59 @@
+"""Status models: the schema of what the operator writes under `.status`.
+
+These describe the operator's output, not user input, so they exist to generate the CRD's status
+schema (and document it); the controller writes plain dicts shaped like them. `Condition` follows the
+Kubernetes convention (metav1.Condition) so `kubectl wait --for=condition=Ready`, Flux's kstatus and
+Argo CD's health checks understand it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from kct.api._base import SpecModel
+
+__all__ = ["ClientMetricsSubscriptionStatus", "Condition"]
+
+
+class Condition(SpecModel):
+    """One observation of the resource's state (metav1.Condition)."""
+
+    type: str = Field(min_length=1, max_length=316)
+    """Condition type, e.g. `Ready`."""
+    status: Literal["True", "False", "Unknown"]
+    """`True`, `False` or `Unknown`."""
+    reason: str = Field(min_length=1, max_length=1024)
+    """Machine-readable CamelCase reason, from the operator's reason enum."""
+    message: str = Field(default="", max_length=32768)
+    """Human-readable detail, naming field, value and rule when the spec is at fault."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The `.metadata.generation` this condition was computed from."""
+    last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
+    """When `status` last changed."""
+
+
+class ClientMetricsSubscriptionStatus(SpecModel):
+    """What the operator observed and did."""
+
+    observed_generation: int | None = None
+    """The `.metadata.generation` last reconciled."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """`Ready` (reasons: Reconciled, InvalidSpec, Conflict, KafkaUnreachable, KafkaNotAuthorized,
+    KafkaRejected, Paused) and `IntervalCapped` (True when intervalMs exceeds the broker's 5-minute cap)."""
+    subscription_name: str | None = None
+    """The CLIENT_METRICS resource this resource manages (spec.subscriptionName or metadata.name)."""
+    applied_configs: dict[str, str] | None = None
+    """The CLIENT_METRICS configs last applied (`metrics`, `interval.ms`, `match`), as sent to the broker."""
+    last_sync_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When the broker's configs were last confirmed equal to the spec."""
+    drift_reverted: int | None = Field(default=None, ge=0)
+    """How many times a change made outside the operator was reverted."""
+    last_drift_reverted_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When drift was last reverted."""
+    bootstrap_servers: str | None = None
+    """The cluster the configs were applied to."""

@@ -1,0 +1,152 @@
+"""One admin client per Kafka cluster, shared by every handler through the kopf memo.
+
+A cluster is identified by its bootstrap servers plus the Secret (namespace/name and
+resourceVersion) holding its client properties, so a rotated Secret gets a fresh client. Resources
+without `spec.kafka` use the operator's default cluster (`KAFKA_BOOTSTRAP_SERVERS`, optional
+`KCT_KAFKA_PROPERTIES_FILE` with `key=value` lines).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from kct.api.subscription import KafkaConnection
+from kct.controller.subscription import ConnectionProblem
+from kct.kafka.port import ClientMetricsAdmin
+
+__all__ = [
+    "AdminPool",
+    "KubernetesSecretReader",
+    "SecretReader",
+    "kafka_python_admin",
+    "read_properties_file",
+]
+
+
+class SecretReader(Protocol):
+    def read(self, namespace: str, name: str) -> tuple[str, dict[str, str]]:
+        """(resourceVersion, decoded data) of a Secret; raises LookupError when it does not exist."""
+        ...
+
+
+class KubernetesSecretReader:
+    """Reads Secrets with the official client (in-cluster config, else KUBECONFIG)."""
+
+    def __init__(self) -> None:
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        self._core = client.CoreV1Api()
+
+    def read(self, namespace: str, name: str) -> tuple[str, dict[str, str]]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            secret = self._core.read_namespaced_secret(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                raise LookupError(f"Secret {namespace}/{name} not found") from error
+            raise
+        data = {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
+        data.update(secret.string_data or {})
+        version = secret.metadata.resource_version if secret.metadata is not None else ""
+        return str(version), data
+
+
+def read_properties_file(path: Path) -> dict[str, str]:
+    """`key=value` lines, `#` comments, as in a Java client.properties file."""
+    properties: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith(("#", "!")) and "=" in stripped:
+            key, _, value = stripped.partition("=")
+            properties[key.strip()] = value.strip()
+    return properties
+
+
+def kafka_python_admin(bootstrap_servers: str, properties: Mapping[str, str]) -> ClientMetricsAdmin:
+    from kct.kafka.kafka_python import KafkaPythonClientMetricsAdmin
+    from kct.kafka.properties import kafka_python_settings
+
+    settings: dict[str, Any] = kafka_python_settings(properties)
+    settings.pop("bootstrap_servers", None)
+    return KafkaPythonClientMetricsAdmin(bootstrap_servers, settings)
+
+
+AdminConstructor = Callable[[str, Mapping[str, str]], ClientMetricsAdmin]
+
+
+class AdminPool:
+    """`AdminFactory` that caches admins per cluster. Thread-safe (reconciles run in threads)."""
+
+    def __init__(
+        self,
+        default_bootstrap: str | None = None,
+        default_properties: Mapping[str, str] | None = None,
+        *,
+        secrets: SecretReader | None = None,
+        construct: AdminConstructor = kafka_python_admin,
+    ) -> None:
+        self.default_bootstrap = default_bootstrap
+        self.default_properties = dict(default_properties or {})
+        self._secrets = secrets
+        self._construct = construct
+        self._admins: dict[tuple[str, str, str], ClientMetricsAdmin] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_environment(cls, secrets: SecretReader | None = None) -> AdminPool:
+        properties_file = os.environ.get("KCT_KAFKA_PROPERTIES_FILE")
+        return cls(
+            os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None,
+            read_properties_file(Path(properties_file)) if properties_file else None,
+            secrets=secrets,
+        )
+
+    def __call__(self, connection: KafkaConnection | None, namespace: str) -> ClientMetricsAdmin:
+        if connection is None:
+            if not self.default_bootstrap:
+                raise ConnectionProblem(
+                    "not set and the operator has no default cluster (set KAFKA_BOOTSTRAP_SERVERS)"
+                )
+            return self._get((self.default_bootstrap, "", ""), self.default_bootstrap, self.default_properties)
+        properties: dict[str, str] = {}
+        secret_key, version = "", ""
+        if connection.secret_ref is not None:
+            if self._secrets is None:
+                raise ConnectionProblem("secretRef given but the operator cannot read Secrets")
+            secret_key = f"{namespace}/{connection.secret_ref.name}"
+            try:
+                version, properties = self._secrets.read(namespace, connection.secret_ref.name)
+            except LookupError as error:
+                raise ConnectionProblem(f"secretRef: {error}") from error
+        return self._get((connection.bootstrap_servers, secret_key, version), connection.bootstrap_servers, properties)
+
+    def _get(self, key: tuple[str, str, str], bootstrap: str, properties: Mapping[str, str]) -> ClientMetricsAdmin:
+        with self._lock:
+            admin = self._admins.get(key)
+            if admin is not None:
+                return admin
+            # A Secret changed (new resourceVersion): drop the clients built from its old data.
+            for stale in [k for k in self._admins if k[:2] == key[:2]]:
+                self._admins.pop(stale).close()
+            try:
+                admin = self._construct(bootstrap, properties)
+            except ValueError as error:
+                raise ConnectionProblem(str(error)) from error
+            self._admins[key] = admin
+            return admin
+
+    def close(self) -> None:
+        with self._lock:
+            for admin in self._admins.values():
+                admin.close()
+            self._admins.clear()

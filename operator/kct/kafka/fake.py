@@ -1,0 +1,67 @@
+"""An in-memory CLIENT_METRICS admin for unit tests (and demos without a broker).
+
+It behaves like a broker where it matters to the operator: SET/DELETE are per config, a resource with
+no configs left does not exist, and it can be told to fail (`unreachable`, `unauthorized`,
+`reject_next`) to exercise error paths. `calls` records every alter for assertions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from kct.kafka.errors import InvalidClientMetricsConfigError, KafkaNotAuthorizedError, KafkaUnreachableError
+
+__all__ = ["InMemoryClientMetricsAdmin"]
+
+
+@dataclass
+class InMemoryClientMetricsAdmin:
+    """Satisfies `kct.kafka.port.ClientMetricsAdmin`."""
+
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    unreachable: bool = False
+    unauthorized: bool = False
+    reject_next: str | None = None  # message of an InvalidClientMetricsConfigError for the next alter
+    calls: list[tuple[str, dict[str, str], tuple[str, ...]]] = field(default_factory=list)
+    closed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _check(self) -> None:
+        if self.unreachable:
+            raise KafkaUnreachableError("no broker answered (fake)")
+        if self.unauthorized:
+            raise KafkaNotAuthorizedError("CLUSTER_AUTHORIZATION_FAILED (fake)")
+
+    def list_subscriptions(self) -> list[str]:
+        self._check()
+        with self._lock:
+            return sorted(self.resources)
+
+    def describe_subscription(self, name: str) -> dict[str, str]:
+        self._check()
+        with self._lock:
+            return dict(self.resources.get(name, {}))
+
+    def alter_subscription(self, name: str, set_configs: Mapping[str, str], delete_configs: Collection[str]) -> None:
+        self._check()
+        with self._lock:
+            if self.reject_next is not None:
+                message, self.reject_next = self.reject_next, None
+                raise InvalidClientMetricsConfigError(message)
+            self.calls.append((name, dict(set_configs), tuple(delete_configs)))
+            configs = self.resources.setdefault(name, {})
+            configs.update(set_configs)
+            for key in delete_configs:
+                configs.pop(key, None)
+            if not configs:
+                del self.resources[name]
+
+    def delete_subscription(self, name: str) -> None:
+        existing = self.describe_subscription(name)
+        if existing:
+            self.alter_subscription(name, {}, tuple(existing))
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,169 @@
+"""The one input of every builder, and the configs derived from the spec.
+
+`ReceiverParams` is everything the builders read: the parsed spec plus what the controller found out
+(the Kafka cluster, the token Secret, the generated token). Builders are pure functions of it, so the
+golden files in tests/unit/render/golden/ pin their whole output.
+
+`receiver_config` turns the spec into the receiver's own `ReceiverConfig` (what `kct receiver --config`
+reads) and `aggregation_config` into the Spark job's `AggregationConfig`: one model per program, used by
+the program and by the operator that renders it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+
+from kct import __version__
+from kct.aggregation.config import AggregationConfig, ParquetOutputConfig, RunConfig, SourceConfig, SparkConfig
+from kct.api.receiver import SecretKeyReference, TelemetryReceiverSpec
+from kct.receiver.config import AuthConfig, KafkaSinkConfig, ListenConfig, ReceiverConfig, dump_config_yaml
+from kct.render.names import ChildNames
+
+__all__ = [
+    "AGGREGATION_CONFIG_DIR",
+    "AGGREGATION_CONFIG_KEY",
+    "OTLP_PORT",
+    "RECEIVER_CONFIG_DIR",
+    "RECEIVER_CONFIG_KEY",
+    "TOKEN_ENV",
+    "ReceiverParams",
+    "aggregation_config",
+    "aggregation_config_yaml",
+    "config_hash",
+    "producer_secret_env",
+    "receiver_config",
+    "receiver_config_yaml",
+]
+
+OTLP_PORT: Final = 4318
+TOKEN_ENV: Final = "KCT_RECEIVER_TOKEN"
+RECEIVER_CONFIG_DIR: Final = "/etc/kct/receiver"
+RECEIVER_CONFIG_KEY: Final = "receiver.yaml"
+AGGREGATION_CONFIG_DIR: Final = "/etc/kct/aggregation"
+AGGREGATION_CONFIG_KEY: Final = "aggregation.yaml"
+API_VERSION: Final = "telemetry.kct.dev/v1alpha1"
+KIND: Final = "TelemetryReceiver"
+
+
+@dataclass(frozen=True)
+class ReceiverParams:
+    """One TelemetryReceiver, parsed, plus what the controller resolved for it."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: TelemetryReceiverSpec
+    bootstrap_servers: str
+    """The output topic's cluster (spec.kafka or the operator's default)."""
+    generated_token: str | None = None
+    """The token of the generated Secret (auth enabled, no tokenSecretRef); None otherwise."""
+    version: str = __version__
+
+    @property
+    def names(self) -> ChildNames:
+        return ChildNames(self.name)
+
+    @property
+    def token_ref(self) -> SecretKeyReference | None:
+        """Where the pods read the token from; None when auth is disabled."""
+        auth = self.spec.receiver.auth
+        if not auth.enabled:
+            return None
+        return auth.token_secret_ref or SecretKeyReference(name=self.names.token_secret, key="token")
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.names.receiver}.{self.namespace}.svc:{OTLP_PORT}/v1/metrics"
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def receiver_config(spec: TelemetryReceiverSpec, bootstrap_servers: str) -> ReceiverConfig:
+    """The receiver's config for `spec`; raises ValueError (naming `spec.` fields) when inconsistent."""
+    settings = spec.receiver
+    try:
+        return ReceiverConfig(
+            listen=ListenConfig(host="0.0.0.0", port=OTLP_PORT),
+            auth=AuthConfig(bearer_token_env=TOKEN_ENV if settings.auth.enabled else None),
+            limits=settings.limits,
+            rate_limit=settings.rate_limit,
+            quotas=settings.quotas,
+            privacy=settings.privacy,
+            validation=settings.validation,
+            observability=settings.observability,
+            logging=settings.logging,
+            shutdown=settings.shutdown,
+            kafka=KafkaSinkConfig(
+                bootstrap_servers=bootstrap_servers,
+                topic=spec.topic.name,
+                producer_properties=dict(settings.producer_properties),
+                producer_properties_from_env=producer_secret_env(spec),
+            ),
+        )
+    except ValueError as error:
+        raise ValueError(f"spec.receiver: {_first_message(error)}") from None
+
+
+def producer_secret_env(spec: TelemetryReceiverSpec) -> dict[str, str]:
+    """librdkafka property -> the environment variable carrying its Secret value (sorted, stable names)."""
+    properties = sorted(spec.receiver.producer_properties_from_secrets)
+    return {prop: f"KCT_KAFKA_SECRET_{index}" for index, prop in enumerate(properties)}
+
+
+def _first_message(error: ValueError) -> str:
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'receiver'}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in errors()
+        )
+    return str(error)
+
+
+def receiver_config_yaml(params: ReceiverParams) -> str:
+    return dump_config_yaml(receiver_config(params.spec, params.bootstrap_servers))
+
+
+def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
+    """The Spark job's config, or None when aggregation is absent or disabled."""
+    aggregation = params.spec.aggregation
+    if aggregation is None or not aggregation.enabled:
+        return None
+    return AggregationConfig(
+        source=SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name, connector="jvm"),
+        window=aggregation.window,
+        rules=aggregation.rules,
+        parquet=ParquetOutputConfig(path=aggregation.sink_path),
+        run=RunConfig(
+            mode="stream",
+            # scheduled: each run drains what arrived since the last one, then stops (availableNow).
+            until_drained=aggregation.mode == "scheduled",
+            trigger_seconds=aggregation.trigger_seconds,
+        ),
+        spark=SparkConfig(app_name=params.names.aggregation),
+    )
+
+
+def aggregation_config_yaml(config: AggregationConfig) -> str:
+    return str(yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False))
+
+
+def config_hash(*parts: str) -> str:
+    """Short, stable hash of the inputs that must roll the pods when they change."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]

@@ -1,0 +1,273 @@
+"""Builders of the receiver's Kubernetes objects, one pure function per kind.
+
+Each takes `ReceiverParams` and returns a manifest dict (or None when the spec does not want that
+object), ready for server-side apply: only the fields we manage, labels and an ownerReference to the
+TelemetryReceiver. Nothing here talks to an API server.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from kct.render.names import COMPONENT_RECEIVER, CONFIG_HASH_ANNOTATION, child_labels, selector_labels
+from kct.render.params import (
+    OTLP_PORT,
+    RECEIVER_CONFIG_DIR,
+    RECEIVER_CONFIG_KEY,
+    TOKEN_ENV,
+    ReceiverParams,
+    config_hash,
+    producer_secret_env,
+    receiver_config_yaml,
+)
+
+__all__ = [
+    "render_receiver_configmap",
+    "render_receiver_deployment",
+    "render_receiver_hpa",
+    "render_receiver_network_policy",
+    "render_receiver_pdb",
+    "render_receiver_service",
+    "render_token_secret",
+]
+
+PORT_NAME = "http-otlp"
+RUN_AS_USER = 10001  # the runtime image's user (Dockerfile)
+
+
+def _metadata(params: ReceiverParams, name: str, component: str = COMPONENT_RECEIVER) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": params.namespace,
+        "labels": child_labels(params.name, component, params.version),
+        "ownerReferences": [params.owner_reference()],
+    }
+
+
+def render_receiver_configmap(params: ReceiverParams) -> dict[str, Any]:
+    """The receiver's config file (`kct receiver --config`), from the receiver's own config model."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(params, params.names.receiver),
+        "data": {RECEIVER_CONFIG_KEY: receiver_config_yaml(params)},
+    }
+
+
+def render_token_secret(params: ReceiverParams) -> dict[str, Any] | None:
+    """The generated push token; None when auth is off or the spec references its own Secret."""
+    auth = params.spec.receiver.auth
+    if not auth.enabled or auth.token_secret_ref is not None or params.generated_token is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(params, params.names.token_secret),
+        "type": "Opaque",
+        "data": {"token": base64.b64encode(params.generated_token.encode()).decode()},
+    }
+
+
+def pod_config_hash(params: ReceiverParams) -> str:
+    """Changes whenever the pods must restart to see a change: the config file or the token's source."""
+    ref = params.token_ref
+    return config_hash(receiver_config_yaml(params), f"{ref.name}/{ref.key}" if ref else "")
+
+
+def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": PORT_NAME},
+        "periodSeconds": period,
+        "timeoutSeconds": 2,
+        "failureThreshold": failures,
+    }
+
+
+def _container(params: ReceiverParams) -> dict[str, Any]:
+    spec = params.spec
+    container: dict[str, Any] = {
+        "name": "receiver",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ["kct"],
+        "args": ["receiver", "--config", f"{RECEIVER_CONFIG_DIR}/{RECEIVER_CONFIG_KEY}"],
+        "ports": [{"name": PORT_NAME, "containerPort": OTLP_PORT, "protocol": "TCP"}],
+        "livenessProbe": _probe("/healthz", period=10, failures=3),
+        "readinessProbe": _probe("/readyz", period=10, failures=2),
+        # Up to a minute to start (Kafka metadata at startup) before liveness counts.
+        "startupProbe": _probe("/healthz", period=2, failures=30),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "config", "mountPath": RECEIVER_CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    env: list[dict[str, Any]] = []
+    ref = params.token_ref
+    if ref is not None:
+        env.append({"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    secret_properties = spec.receiver.producer_properties_from_secrets
+    for prop, variable in producer_secret_env(spec).items():
+        source = secret_properties[prop]
+        env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": source.name, "key": source.key}}})
+    if env:
+        container["env"] = env
+    if spec.resources is not None:
+        container["resources"] = spec.resources.to_kube()
+    return container
+
+
+def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
+    """Non-root, read-only root filesystem, probes on /healthz and /readyz, and a config-hash
+    annotation on the pod template so a config change rolls the pods."""
+    spec = params.spec
+    selector = selector_labels(params.name, COMPONENT_RECEIVER)
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        # Room for the receiver's own drain (in-flight pushes, producer flush) after SIGTERM.
+        "terminationGracePeriodSeconds": spec.receiver.shutdown.drain_timeout_ms // 1000 + 10,
+        "containers": [_container(params)],
+        "volumes": [
+            {"name": "config", "configMap": {"name": params.names.receiver}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
+    }
+    if spec.service_account_name:
+        pod_spec["serviceAccountName"] = spec.service_account_name
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = [t.to_kube() for t in spec.tolerations]
+    if spec.affinity:
+        pod_spec["affinity"] = dict(spec.affinity)
+    deployment_spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": {
+            "metadata": {
+                "labels": child_labels(params.name, COMPONENT_RECEIVER, params.version),
+                "annotations": {
+                    CONFIG_HASH_ANNOTATION: pod_config_hash(params),
+                    "prometheus.io/scrape": str(
+                        spec.receiver.observability.ingress
+                        or spec.receiver.observability.pipeline
+                        or spec.receiver.observability.sink
+                    ).lower(),
+                    "prometheus.io/port": str(OTLP_PORT),
+                    "prometheus.io/path": spec.receiver.observability.metrics_path,
+                },
+            },
+            "spec": pod_spec,
+        },
+    }
+    if not _autoscaled(params):
+        # With an HPA the replica count is the HPA's: leaving the field out hands it over under SSA.
+        deployment_spec["replicas"] = spec.replicas
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(params, params.names.receiver),
+        "spec": deployment_spec,
+    }
+
+
+def _autoscaled(params: ReceiverParams) -> bool:
+    autoscaling = params.spec.autoscaling
+    return autoscaling is not None and autoscaling.enabled
+
+
+def render_receiver_service(params: ReceiverParams) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(params, params.names.receiver),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(params.name, COMPONENT_RECEIVER),
+            "ports": [
+                {
+                    "name": PORT_NAME,
+                    "port": OTLP_PORT,
+                    "targetPort": PORT_NAME,
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                },
+            ],
+        },
+    }
+
+
+def render_receiver_pdb(params: ReceiverParams) -> dict[str, Any] | None:
+    budget = params.spec.pod_disruption_budget
+    if not budget.enabled:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(params, params.names.receiver),
+        "spec": {
+            "maxUnavailable": budget.max_unavailable,
+            "selector": {"matchLabels": selector_labels(params.name, COMPONENT_RECEIVER)},
+        },
+    }
+
+
+def render_receiver_hpa(params: ReceiverParams) -> dict[str, Any] | None:
+    autoscaling = params.spec.autoscaling
+    if autoscaling is None or not autoscaling.enabled:
+        return None
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(params, params.names.receiver),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": params.names.receiver},
+            "minReplicas": autoscaling.min_replicas,
+            "maxReplicas": autoscaling.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {
+                            "type": "Utilization",
+                            "averageUtilization": autoscaling.target_cpu_utilization_percentage,
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_receiver_network_policy(params: ReceiverParams) -> dict[str, Any] | None:
+    """Ingress to the OTLP port only from `spec.networkPolicy.from` (anyone when empty); egress untouched."""
+    policy = params.spec.network_policy
+    if not policy.enabled:
+        return None
+    rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": OTLP_PORT}]}
+    if policy.from_:
+        rule["from"] = [dict(peer) for peer in policy.from_]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(params, params.names.receiver),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(params.name, COMPONENT_RECEIVER)},
+            "policyTypes": ["Ingress"],
+            "ingress": [rule],
+        },
+    }

@@ -1,0 +1,139 @@
+"""Plain helpers for end-to-end tests against the real stack (not a test module, not fixtures).
+
+- `eventually(check, timeout=..., what=...)`: poll until `check()` is truthy, else fail naming `what`.
+- `Kubectl(kubeconfig)`: run kubectl as a user does; `apply`, `get_json`, `exists`, `condition`.
+- `OperatorProcess(env, log_path)`: `kct operator` as a subprocess with a liveness endpoint; `start`,
+  `stop`, `restart`, `log_tail`.
+- `free_port()`, `unique(prefix)`.
+
+Same behaviour as the private helpers of tests/e2e/test_subscription_e2e.py, which can move here.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+KCT = REPO / ".venv" / "bin" / "kct"
+
+
+def eventually(check: Callable[[], Any], *, timeout: float = 60.0, what: str, interval: float = 0.5) -> Any:
+    """Poll until `check` returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+
+    def run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check:
+            assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+        return proc
+
+    def apply(self, manifest: Mapping[str, Any], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run("apply", *args, "-f", "-", stdin=yaml.safe_dump(dict(manifest)), check=check)
+
+    def get_json(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        proc = self.run("get", kind, name, "-n", namespace, "-o", "json", check=False)
+        if proc.returncode != 0:
+            if "NotFound" in proc.stderr or "not found" in proc.stderr:
+                return None
+            raise AssertionError(f"kubectl get {kind} {name}: {proc.stderr}")
+        document: dict[str, Any] = json.loads(proc.stdout)
+        return document
+
+    def exists(self, kind: str, name: str, namespace: str) -> bool:
+        return self.get_json(kind, name, namespace) is not None
+
+    def condition(self, kind: str, name: str, namespace: str, type_: str = "Ready") -> dict[str, Any]:
+        found = self.get_json(kind, name, namespace) or {}
+        for condition in found.get("status", {}).get("conditions", []):
+            if condition["type"] == type_:
+                return dict(condition)
+        return {}
+
+
+class OperatorProcess:
+    """`kct operator` as a subprocess, alive once its liveness endpoint answers."""
+
+    def __init__(self, env: Mapping[str, str], log_path: Path, *args: str) -> None:
+        self.env = dict(env)
+        self.log_path = log_path
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.liveness = ""
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        with self.log_path.open("a") as log:
+            self.proc = subprocess.Popen(
+                [str(KCT), "operator", "--liveness", self.liveness, *self.args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        eventually(self._alive, timeout=timeout, what="the operator's liveness endpoint")
+
+    def _alive(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, self.log_tail()
+        try:
+            with urllib.request.urlopen(self.liveness, timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log_tail(self, size: int = 4000) -> str:
+        return self.log_path.read_text()[-size:] if self.log_path.exists() else ""

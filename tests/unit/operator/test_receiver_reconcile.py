@@ -1,0 +1,249 @@
+"""Reconciling a TelemetryReceiver against in-memory Kubernetes and Kafka: children, pruning, topic,
+status, and every failure path, without a cluster."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from kct.api.subscription import KafkaConnection
+from kct.controller.children import InMemoryChildren
+from kct.controller.receiver import ReceiverResource, delete_receiver, reconcile_receiver
+from kct.controller.subscription import Outcome
+from kct.kafka.topics import InMemoryTopicAdmin, TopicAdmin, TopicState
+
+NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
+AVAILABLE = {
+    "observedGeneration": 1,
+    "replicas": 2,
+    "readyReplicas": 2,
+    "availableReplicas": 2,
+    "updatedReplicas": 2,
+    "conditions": [{"type": "Available", "status": "True"}],
+}
+NOT_STARTED = {
+    "observedGeneration": 1,
+    "replicas": 2,
+    "updatedReplicas": 2,
+    "unavailableReplicas": 2,
+    "conditions": [{"type": "Available", "status": "False"}],
+}
+
+
+class World:
+    """A namespace with a fake API server and a fake Kafka cluster."""
+
+    def __init__(self, deployment_status: dict[str, Any] | None = None) -> None:
+        self.kube = InMemoryChildren(deployment_status=dict(deployment_status or AVAILABLE))
+        self.kafka = InMemoryTopicAdmin()
+        self.status: dict[str, Any] = {}
+        self.connections: list[KafkaConnection | None] = []
+
+    def admin_for(self, connection: KafkaConnection | None, namespace: str) -> TopicAdmin:
+        self.connections.append(connection)
+        return self.kafka
+
+    def resource(self, spec: dict[str, Any], *, generation: int = 1, paused: bool = False) -> ReceiverResource:
+        annotations = {"telemetry.kct.dev/paused": "true"} if paused else {}
+        return ReceiverResource("ns", "tr", "uid-1", generation, spec, annotations, dict(self.status))
+
+    def reconcile(self, spec: dict[str, Any], **kwargs: Any) -> Outcome:
+        resource = self.resource(spec, generation=kwargs.pop("generation", 1), paused=kwargs.pop("paused", False))
+        outcome = reconcile_receiver(
+            resource,
+            self.kube,
+            self.admin_for,
+            default_bootstrap="default:9092",
+            now=NOW,
+            new_token=lambda: "fresh-token",
+            **kwargs,
+        )
+        self.status.update(outcome.status)
+        return outcome
+
+    def condition(self, type_: str = "Ready") -> dict[str, Any]:
+        return next((c for c in self.status.get("conditions", []) if c["type"] == type_), {})
+
+    def kinds(self) -> set[str]:
+        return {kind for kind, _, _ in self.kube.objects}
+
+
+def test_ready_when_the_deployment_is_available_and_the_topic_exists() -> None:
+    """Given a cluster whose Deployment controller reports all pods available, When a receiver is
+    reconciled, Then every child exists, the topic is created with the requested partitions and retention,
+    and Ready=True with the endpoint, replicas and topic in status."""
+    world = World(AVAILABLE)
+    world.reconcile({"topic": {"name": "raw", "partitions": 4, "retentionMs": 1000}, "aggregation": {}})
+    assert world.kinds() == {"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget", "SparkApplication"}
+    assert world.kafka.topics["raw"] == TopicState("raw", 4, 1, {"retention.ms": "1000"})
+    ready = world.condition()
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("True", "Reconciled", 1)
+    assert world.status["endpoint"] == "http://tr-receiver.ns.svc:4318/v1/metrics"
+    assert (world.status["replicas"], world.status["readyReplicas"]) == (2, 2)
+    assert world.status["topic"] == {
+        "name": "raw",
+        "partitions": 4,
+        "requestedPartitions": 4,
+        "bootstrapServers": "default:9092",
+    }
+    assert world.status["tokenSecret"] == "tr-token/token"
+    assert world.condition("TopicReady")["status"] == "True"
+
+
+def test_pods_that_never_start_leave_ready_false_with_a_progressing_reason() -> None:
+    """Given a cluster without nodes (pods never become available), When reconciled, Then Ready=False with
+    reason RolloutInProgress (which Argo CD and kstatus read as progressing) and a message saying so."""
+    world = World(NOT_STARTED)
+    outcome = world.reconcile({})
+    ready = world.condition()
+    assert (ready["status"], ready["reason"]) == ("False", "RolloutInProgress")
+    assert "0/2 pods available" in ready["message"]
+    assert outcome.retry_after is None and world.status["readyReplicas"] == 0
+
+
+def test_generated_token_is_kept_across_reconciles() -> None:
+    """Given a generated token Secret, When reconciled again (e.g. after an operator restart), Then the
+    token is not regenerated."""
+    world = World()
+    world.reconcile({})
+    first = world.kube.objects[("Secret", "ns", "tr-token")]["data"]["token"]
+    outcome = reconcile_receiver(
+        world.resource({}), world.kube, world.admin_for, default_bootstrap="d:9092", new_token=lambda: "another"
+    )
+    assert world.kube.objects[("Secret", "ns", "tr-token")]["data"]["token"] == first
+    assert outcome.error is None
+
+
+def test_children_no_longer_desired_are_pruned_but_foreign_objects_are_not() -> None:
+    """Given a receiver with an HPA and a token Secret, When autoscaling is disabled and a tokenSecretRef is
+    set, Then the HPA and the generated Secret are deleted; an object with our labels but another owner
+    stays."""
+    world = World()
+    world.reconcile({"autoscaling": {"minReplicas": 1, "maxReplicas": 3}})
+    assert "HorizontalPodAutoscaler" in world.kinds()
+    foreign = dict(world.kube.objects[("ConfigMap", "ns", "tr-receiver")])
+    foreign["metadata"] = {**foreign["metadata"], "name": "not-mine", "ownerReferences": [{"uid": "other"}]}
+    world.kube.objects[("ConfigMap", "ns", "not-mine")] = foreign
+    outcome = world.reconcile(
+        {"autoscaling": {"enabled": False}, "receiver": {"auth": {"tokenSecretRef": {"name": "mine"}}}}
+    )
+    assert ("HorizontalPodAutoscaler", "tr-receiver") in world.kube.deleted
+    assert ("Secret", "tr-token") in world.kube.deleted
+    assert ("ConfigMap", "ns", "not-mine") in world.kube.objects
+    assert any(e.reason == "Pruned" for e in outcome.events)
+
+
+def test_deleted_child_is_recreated_on_the_next_reconcile() -> None:
+    """Given a reconciled receiver whose Service was deleted by hand, When reconciled (resync), Then the
+    Service is back."""
+    world = World()
+    world.reconcile({})
+    del world.kube.objects[("Service", "ns", "tr-receiver")]
+    world.reconcile({})
+    assert ("Service", "ns", "tr-receiver") in world.kube.objects
+
+
+def test_partition_shrink_is_reported_not_attempted() -> None:
+    """Given a topic with 6 partitions, When the spec asks for 3, Then the topic keeps 6, a
+    PartitionsShrinkRefused condition and one Warning event name the field; When 8, Then it grows."""
+    world = World()
+    world.reconcile({"topic": {"partitions": 6}})
+    outcome = world.reconcile({"topic": {"partitions": 3}}, generation=2)
+    assert world.kafka.topics["client-telemetry"].partitions == 6
+    shrink = world.condition("PartitionsShrinkRefused")
+    assert shrink["status"] == "True" and "spec.topic.partitions: 3" in shrink["message"]
+    assert [e.reason for e in outcome.events] == ["PartitionsShrinkRefused"]
+    assert world.reconcile({"topic": {"partitions": 3}}, generation=2).events == ()  # no repeat on resync
+    world.reconcile({"topic": {"partitions": 8}}, generation=3)
+    assert world.kafka.topics["client-telemetry"].partitions == 8
+    assert world.condition("PartitionsShrinkRefused")["status"] == "False"
+
+
+def test_kafka_unreachable_retries_with_a_condition_after_applying_the_children() -> None:
+    """Given Kafka down, When reconciled, Then the children are still applied, Ready=False/KafkaUnreachable
+    names the cluster, and a retry is asked with backoff; When Kafka is back, Then Ready follows."""
+    world = World()
+    world.kafka.unreachable = True
+    outcome = world.reconcile({}, retry=2)
+    assert "Deployment" in world.kinds()
+    assert world.condition()["reason"] == "KafkaUnreachable" and "default:9092" in world.condition()["message"]
+    assert outcome.retry_after == 8.0
+    world.kafka.unreachable = False
+    assert world.reconcile({}).retry_after is None
+    assert world.condition()["status"] == "True"
+
+
+def test_invalid_spec_is_flagged_in_status_with_the_field_and_nothing_applied() -> None:
+    """Given a spec the API server would have refused (e.g. applied before the CRD had its rules), When
+    reconciled, Then Ready=False/InvalidSpec names the field, nothing is applied and no retry is asked."""
+    world = World()
+    outcome = world.reconcile({"autoscaling": {"minReplicas": 4, "maxReplicas": 2}})
+    assert world.condition()["reason"] == "InvalidSpec"
+    assert "spec.autoscaling" in world.condition()["message"]
+    assert world.kube.objects == {} and outcome.retry_after is None
+    assert [e.reason for e in outcome.events] == ["InvalidSpec"]
+    assert world.reconcile({"autoscaling": {"minReplicas": 4, "maxReplicas": 2}}).events == ()
+
+
+def test_paused_resource_is_left_alone() -> None:
+    """Given the pause annotation, When reconciled, Then nothing is applied, ReconciliationPaused=True and
+    observedGeneration is not advanced; unpausing removes the condition."""
+    world = World()
+    outcome = world.reconcile({}, paused=True)
+    assert world.kube.objects == {} and world.kafka.topics == {}
+    assert world.condition("ReconciliationPaused")["status"] == "True"
+    assert "observedGeneration" not in outcome.status
+    world.reconcile({})
+    assert world.condition("ReconciliationPaused") == {}
+
+
+def test_missing_spark_operator_is_reported_without_blocking_ready() -> None:
+    """Given no sparkoperator.k8s.io CRDs, When a receiver with aggregation is reconciled, Then
+    AggregationReady=False/SparkOperatorMissing and Ready still follows the Deployment and topic."""
+    world = World()
+    world.kube.missing_kinds = {"SparkApplication", "ScheduledSparkApplication"}
+    world.reconcile({"aggregation": {}})
+    assert world.condition("AggregationReady")["reason"] == "SparkOperatorMissing"
+    assert world.condition()["status"] == "True"
+
+
+def test_refused_child_is_retried_with_the_servers_message() -> None:
+    """Given the API server refusing the PodDisruptionBudget, Then Ready=False/ApplyFailed with its message
+    and a retry."""
+    world = World()
+    world.kube.refuse_kinds = {"PodDisruptionBudget": "spec.maxUnavailable: Invalid value"}
+    outcome = world.reconcile({})
+    assert world.condition()["reason"] == "ApplyFailed" and "maxUnavailable" in world.condition()["message"]
+    assert outcome.retry_after is not None
+
+
+def test_no_cluster_configured_is_a_connection_problem() -> None:
+    """Given neither spec.kafka nor an operator default, Then Ready=False/KafkaConnectionInvalid naming spec.kafka."""
+    world = World()
+    outcome = reconcile_receiver(world.resource({}), world.kube, world.admin_for)
+    ready = next(c for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "KafkaConnectionInvalid" and ready["message"].startswith("spec.kafka")
+
+
+@pytest.mark.parametrize(
+    ("delete_on_removal", "paused", "kept"), [(False, False, True), (True, False, False), (True, True, True)]
+)
+def test_topic_is_deleted_only_when_the_spec_says_so(delete_on_removal: bool, paused: bool, kept: bool) -> None:
+    """Given a reconciled receiver, When it is deleted, Then the topic is kept unless
+    spec.topic.deleteOnRemoval is true (and the resource is not paused)."""
+    world = World()
+    spec = {"topic": {"deleteOnRemoval": delete_on_removal}}
+    world.reconcile(spec)
+    delete_receiver(world.resource(spec, paused=paused), world.admin_for)
+    assert ("client-telemetry" in world.kafka.topics) is kept
+
+
+def test_topic_deletion_retries_while_kafka_is_down() -> None:
+    """Given deleteOnRemoval and Kafka down, When deleted, Then a retry is asked (the finalizer stays)."""
+    world = World()
+    spec = {"topic": {"deleteOnRemoval": True}}
+    world.reconcile(spec)
+    world.kafka.unreachable = True
+    assert delete_receiver(world.resource(spec), world.admin_for).retry_after is not None
