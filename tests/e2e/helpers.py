@@ -1,12 +1,11 @@
 """Plain helpers for end-to-end tests against the real stack (not a test module, not fixtures).
 
 - `eventually(check, timeout=..., what=...)`: poll until `check()` is truthy, else fail naming `what`.
-- `Kubectl(kubeconfig)`: run kubectl as a user does; `apply`, `get_json`, `exists`, `condition`.
+- `Kubectl(kubeconfig)`: run kubectl as a user does; `apply`, `get` (fails when absent), `get_json`
+  (None when absent), `exists`, `condition`.
 - `OperatorProcess(env, log_path)`: `kct operator` as a subprocess with a liveness endpoint; `start`,
   `stop`, `restart`, `log_tail`.
 - `free_port()`, `unique(prefix)`.
-
-Same behaviour as the private helpers of tests/e2e/test_subscription_e2e.py, which can move here.
 """
 
 from __future__ import annotations
@@ -71,6 +70,11 @@ class Kubectl:
     def apply(self, manifest: Mapping[str, Any], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run("apply", *args, "-f", "-", stdin=yaml.safe_dump(dict(manifest)), check=check)
 
+    def get(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        """The object as JSON; fails the test (naming kubectl's error) when it is absent or unreadable."""
+        document: dict[str, Any] = json.loads(self.run("get", kind, name, "-n", namespace, "-o", "json").stdout)
+        return document
+
     def get_json(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         proc = self.run("get", kind, name, "-n", namespace, "-o", "json", check=False)
         if proc.returncode != 0:
@@ -83,8 +87,10 @@ class Kubectl:
     def exists(self, kind: str, name: str, namespace: str) -> bool:
         return self.get_json(kind, name, namespace) is not None
 
-    def condition(self, kind: str, name: str, namespace: str, type_: str = "Ready") -> dict[str, Any]:
-        found = self.get_json(kind, name, namespace) or {}
+    def condition(self, kind: str, name: str, namespace: str, type_: str = "Ready", *,
+                  required: bool = False) -> dict[str, Any]:
+        """The condition `type_` ({} when not set); with `required`, fails when the object is absent."""
+        found = self.get(kind, name, namespace) if required else self.get_json(kind, name, namespace) or {}
         for condition in found.get("status", {}).get("conditions", []):
             if condition["type"] == type_:
                 return dict(condition)

@@ -10,37 +10,21 @@ in the namespace it watches and is refused everything else (e.g. Secrets of othe
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helpers import KCT, REPO, OperatorProcess, eventually, unique
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "kct"
-KCT = REPO / ".venv" / "bin" / "kct"
 TOOLS = REPO / "dev" / "tools" / "tools.py"
-
-
-def eventually(check: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def _run(argv: list[str], *, stdin: str | None = None, check: bool = True,
@@ -70,7 +54,7 @@ class Cluster:
 
 
 def _new_namespace(cluster: Cluster, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    name = unique(prefix)
     cluster.kubectl("create", "namespace", name)
     return name
 
@@ -99,7 +83,7 @@ class Release:
 def release(cluster: Cluster, stack: Any) -> Iterator[Release]:
     """The chart installed in a fresh namespace, watching one other namespace; a third is not watched."""
     home, watched, unwatched = (_new_namespace(cluster, p) for p in ("kct-home", "kct-watched", "kct-other"))
-    name = f"kct-{uuid.uuid4().hex[:6]}"  # cluster-scoped RBAC objects are named after the release
+    name = unique("kct")  # cluster-scoped RBAC objects are named after the release
     # The strictest Pod Security Standard: the operator's pod must still be admitted.
     cluster.kubectl("label", "namespace", home, "pod-security.kubernetes.io/enforce=restricted")
     installed = cluster.helm("install", name, str(CHART), "--namespace", home,
@@ -210,42 +194,23 @@ def test_operator_with_the_service_account_token_reconciles_a_subscription(
     env = stack.env()
     env.update(KUBECONFIG=str(service_account_kubeconfig), KAFKA_BOOTSTRAP_SERVERS=stack.kafka_bootstrap,
                KCT_WATCH_NAMESPACES=release.watched, KCT_RESYNC_SECONDS="5")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    liveness = f"http://127.0.0.1:{port}/healthz"
     log_path = tmp_path / "operator.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen([str(KCT), "operator", f"--liveness={liveness}"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-
-    def healthy() -> bool:
-        assert proc.poll() is None, log_path.read_text()
-        try:
-            with urllib.request.urlopen(liveness, timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    name = f"helm-{uuid.uuid4().hex[:6]}"
+    operator = OperatorProcess(env, log_path)
+    name = unique("helm")
     try:
-        eventually(healthy, timeout=60, what="the operator's liveness endpoint")
+        operator.start(timeout=60)
         subscription = {
             "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "ClientMetricsSubscription",
             "metadata": {"name": name, "namespace": release.watched},
             "spec": {"metrics": ["org.apache.kafka.producer."], "intervalMs": 60000,
-                     "match": {"clientId": f"kct-helm-e2e-nobody-{uuid.uuid4().hex[:6]}"}},
+                     "match": {"clientId": unique("kct-helm-e2e-nobody")}},
         }
         cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(subscription))
         cluster.kubectl("wait", f"cms/{name}", "-n", release.watched, "--for=condition=Ready", "--timeout=90s")
         cluster.kubectl("delete", "cms", name, "-n", release.watched, "--timeout=60s")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        sys.stderr.write(f"--- operator log tail ---\n{log_path.read_text()[-3000:]}\n")
+        operator.stop()
+        sys.stderr.write(f"--- operator log tail ---\n{operator.log_tail(3000)}\n")
     log_text = log_path.read_text()
     assert "Not enough permissions" not in log_text
     assert "forbidden" not in log_text.lower(), "the operator hit a permission error"

@@ -9,68 +9,24 @@ subscription matching one real client by clientId makes that client push and ano
 
 from __future__ import annotations
 
-import json
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 import yaml
+from helpers import KCT, REPO, Kubectl, OperatorProcess, eventually, unique
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-KCT = REPO / ".venv" / "bin" / "kct"
 RESYNC_SECONDS = 3
-
-
-def eventually(check: Callable[[], Any], *, timeout: float = 60.0, what: str) -> Any:
-    """Poll until `check` returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
-class Kubectl:
-    def __init__(self, kubeconfig: Path) -> None:
-        self.kubeconfig = kubeconfig
-
-    def run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
-            input=stdin, capture_output=True, text=True, timeout=120, check=False,
-        )
-        if check:
-            assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
-        return proc
-
-    def apply(self, manifest: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.run("apply", "-f", "-", stdin=yaml.safe_dump(manifest), check=check)
-
-    def get(self, namespace: str, name: str) -> dict[str, Any]:
-        out = self.run("get", "clientmetricssubscription", name, "-n", namespace, "-o", "json").stdout
-        document: dict[str, Any] = json.loads(out)
-        return document
-
-    def condition(self, namespace: str, name: str, type_: str = "Ready") -> dict[str, Any]:
-        for condition in self.get(namespace, name).get("status", {}).get("conditions", []):
-            if condition["type"] == type_:
-                return dict(condition)
-        return {}
+CMS = "clientmetricssubscription"
 
 
 def manifest(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
@@ -161,42 +117,19 @@ def operator_process(stack: Any, kubectl: Kubectl, tmp_path_factory: pytest.Temp
     env = stack.env()
     env["KCT_RESYNC_SECONDS"] = str(RESYNC_SECONDS)
     env["KCT_BACKOFF_MAX_SECONDS"] = "5"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    liveness = f"http://127.0.0.1:{port}/healthz"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen([str(KCT), "operator", "--liveness", liveness], env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-
-    def alive() -> bool:
-        assert proc.poll() is None, log_path.read_text()
-        try:
-            with urllib.request.urlopen(liveness, timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
+    operator = OperatorProcess(env, log_path)
     try:
-        eventually(alive, timeout=60, what="the operator's liveness endpoint")
-        yield proc
+        operator.start(timeout=60)
+        yield operator.proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        sys.stderr.write(f"--- operator log ({log_path}) tail ---\n{log_path.read_text()[-4000:]}\n")
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+        operator.stop()
+        sys.stderr.write(f"--- operator log ({log_path}) tail ---\n{operator.log_tail()}\n")
 
 
 def _no_match() -> dict[str, str]:
     # Every subscription here selects a client id no real client has, so none but the last test's
     # subscription makes any client push.
-    return {"clientId": f"kct-e2e-nobody-{uuid.uuid4().hex[:6]}"}
+    return {"clientId": unique("kct-e2e-nobody")}
 
 
 INVALID = [
@@ -255,7 +188,7 @@ def test_lifecycle_apply_edit_drift_delete(kubectl: Kubectl, broker: Broker, ope
         "interval.ms": "60000",
         "match": f"client_id={match['clientId']}",
     }
-    status = kubectl.get(namespace, name)["status"]
+    status = kubectl.get(CMS, name, namespace)["status"]
     assert status["observedGeneration"] == 1 and status["subscriptionName"] == name
 
     # Edit: the broker follows.
@@ -264,12 +197,12 @@ def test_lifecycle_apply_edit_drift_delete(kubectl: Kubectl, broker: Broker, ope
                timeout=30, what="the edit to reach the broker")
 
     # Drift: changed with the Admin API behind the operator's back, reverted within one resync.
-    eventually(lambda: kubectl.get(namespace, name)["status"].get("observedGeneration") == 2,
+    eventually(lambda: kubectl.get(CMS, name, namespace)["status"].get("observedGeneration") == 2,
                timeout=30, what="generation 2 to be reconciled")
     broker.set(name, {"interval.ms": "123456"})
     eventually(lambda: broker.configs(name).get("interval.ms") == "5000",
                timeout=RESYNC_SECONDS * 2 + 10, what="drift to be reverted")
-    eventually(lambda: kubectl.get(namespace, name)["status"].get("driftReverted", 0) >= 1,
+    eventually(lambda: kubectl.get(CMS, name, namespace)["status"].get("driftReverted", 0) >= 1,
                timeout=15, what="status.driftReverted")
 
     # Delete: the subscription goes, the finalizer lets the resource go.
@@ -316,7 +249,7 @@ def test_client_metrics_cli_marks_unmanaged(stack: Any, kubectl: Kubectl, broker
     kubectl.run("apply", "-f", "-", stdin=described)
     adopted = yaml.safe_load(described.split("---", 1)[1])["metadata"]["name"]
     kubectl.run("wait", f"cms/{adopted}", "-n", namespace, "--for=condition=Ready", "--timeout=60s")
-    assert "already in effect" in kubectl.condition(namespace, adopted)["message"]
+    assert "already in effect" in kubectl.condition(CMS, adopted, namespace, required=True)["message"]
     kubectl.run("delete", "cms", adopted, "-n", namespace, "--timeout=60s")
     eventually(lambda: broker.configs(legacy) == {}, timeout=30, what="the adopted subscription to be deleted")
 
@@ -327,7 +260,7 @@ def test_bad_regex_is_not_ready(kubectl: Kubectl, broker: Broker, operator_proce
     name = unique("badregex")
     kubectl.apply(manifest(namespace, name, metrics=["*"], match={"clientId": "app-(.*"}))
     kubectl.run("wait", f"cms/{name}", "-n", namespace, "--for=condition=Ready=False", "--timeout=60s")
-    ready = kubectl.condition(namespace, name)
+    ready = kubectl.condition(CMS, name, namespace, required=True)
     assert ready["reason"] == "InvalidSpec"
     assert "spec.match.clientId: 'app-(.*' is not a valid RE2 regular expression" in ready["message"]
     assert broker.configs(name) == {}
@@ -344,12 +277,12 @@ def test_later_claimant_gets_conflict(kubectl: Kubectl, broker: Broker, operator
     time.sleep(1.1)  # creationTimestamp has one-second resolution
     second = unique("claimant")
     kubectl.apply(manifest(namespace, second, metrics=["b."], subscriptionName=first, match=match))
-    eventually(lambda: kubectl.condition(namespace, second).get("reason") == "Conflict", timeout=30,
-               what="the Conflict condition")
-    assert f"{namespace}/{first}" in kubectl.condition(namespace, second)["message"]
+    eventually(lambda: kubectl.condition(CMS, second, namespace, required=True).get("reason") == "Conflict",
+               timeout=30, what="the Conflict condition")
+    assert f"{namespace}/{first}" in kubectl.condition(CMS, second, namespace, required=True)["message"]
     time.sleep(RESYNC_SECONDS + 1)
     assert broker.configs(first)["metrics"] == "a."
-    assert kubectl.condition(namespace, first)["status"] == "True"
+    assert kubectl.condition(CMS, first, namespace, required=True)["status"] == "True"
 
     # Both go at once (as when their namespace is deleted): the subscription must not be left behind.
     kubectl.run("delete", "cms", first, second, "-n", namespace, "--timeout=60s")
@@ -361,7 +294,7 @@ def test_interval_above_cap_warns(kubectl: Kubectl, operator_process: Any, names
     name = unique("capped")
     kubectl.apply(manifest(namespace, name, metrics=["*"], intervalMs=600000, match=_no_match()))
     kubectl.run("wait", f"cms/{name}", "-n", namespace, "--for=condition=Ready", "--timeout=60s")
-    assert kubectl.condition(namespace, name, "IntervalCapped")["status"] == "True"
+    assert kubectl.condition(CMS, name, namespace, "IntervalCapped", required=True)["status"] == "True"
 
 
 def test_kafka_outage_is_reported_and_recovered(stack: Any, kubectl: Kubectl, broker: Broker,
@@ -377,9 +310,9 @@ def test_kafka_outage_is_reported_and_recovered(stack: Any, kubectl: Kubectl, br
     stack.kafka_stop()
     try:
         kubectl.apply(manifest(namespace, name, metrics=["b."], intervalMs=60000, match=match))
-        eventually(lambda: kubectl.condition(namespace, name).get("reason") == "KafkaUnreachable",
+        eventually(lambda: kubectl.condition(CMS, name, namespace, required=True).get("reason") == "KafkaUnreachable",
                    timeout=90, what="Ready=False/KafkaUnreachable")
-        assert kubectl.condition(namespace, name)["status"] == "False"
+        assert kubectl.condition(CMS, name, namespace, required=True)["status"] == "False"
     finally:
         stack.kafka_start()
     kubectl.run("wait", f"cms/{name}", "-n", namespace, "--for=condition=Ready", "--timeout=120s")
