@@ -10,14 +10,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers import eventually
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -43,17 +43,6 @@ def _kubectl(kubeconfig: Path, *args: str) -> str:
                           timeout=60, check=False)
     assert proc.returncode == 0, f"kubectl {' '.join(args)} failed: {proc.stderr}"
     return proc.stdout
-
-
-def _eventually(check: Callable[[], Any], *, timeout: float = 60.0, what: str) -> Any:
-    """Poll until `check` returns something truthy (bounded: fails after `timeout` seconds)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def test_server_version_is_the_pinned_kubernetes_version(stack: Any) -> None:
@@ -111,7 +100,7 @@ def cel_crd(kube_api: client.ApiClient) -> Iterator[tuple[str, str, str]]:
             conditions = (crd.status.conditions if crd.status else None) or []
             return any(c.type == "Established" and c.status == "True" for c in conditions)
 
-        _eventually(established, timeout=30, what="the CRD to be established")
+        eventually(established, timeout=30, what="the CRD to be established")
         yield group, plural, kind
     finally:
         ext.delete_custom_resource_definition(f"{plural}.{group}")
@@ -139,7 +128,7 @@ def test_crd_cel_validation_is_enforced(kube_api: client.ApiClient, namespace: s
             raise
         return True
 
-    _eventually(create_valid, timeout=30, what="the custom resource endpoint")
+    eventually(create_valid, timeout=30, what="the custom resource endpoint")
     with pytest.raises(ApiException) as refused:
         objects.create_namespaced_custom_object(group, "v1", namespace, plural, obj("bad", 3, 2))
 
@@ -175,7 +164,7 @@ def test_deployment_gets_a_replicaset(kube_api: client.ApiClient, namespace: str
         return [rs for rs in items
                 if rs.metadata and any(ref.uid == uid for ref in (rs.metadata.owner_references or []))]
 
-    replicasets = _eventually(owned_replicasets, timeout=60, what="the Deployment's ReplicaSet")
+    replicasets = eventually(owned_replicasets, timeout=60, what="the Deployment's ReplicaSet")
     assert len(replicasets) == 1
     assert replicasets[0].spec.replicas == 1
 
@@ -201,7 +190,7 @@ def test_namespace_deletion_completes(kube_api: client.ApiClient) -> None:
             raise
         return False
 
-    _eventually(gone, timeout=90, what=f"namespace {name} to be deleted")
+    eventually(gone, timeout=90, what=f"namespace {name} to be deleted")
 
 
 def test_up_again_reuses_the_running_stack(stack: Any) -> None:
