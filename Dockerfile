@@ -42,7 +42,8 @@ COPY --from=spark-jars /jars/ /opt/spark/jars/
 COPY operator/kct/ /opt/kct/python/kct/
 COPY spark/ /opt/kct/spark/
 # Version ranges as in pyproject.toml; the job needs only these of the package's dependencies.
-RUN python3 -m pip install --no-cache-dir --target /opt/kct/python "pydantic>=2.9,<3" "protobuf>=5" "opentelemetry-proto>=1.45"
+RUN python3 -m pip install --no-cache-dir --target /opt/kct/python "pydantic>=2.9,<3" "protobuf>=5" "opentelemetry-proto>=1.45" \
+        "pyarrow>=15" "pandas>=2.2,<3" "pyyaml>=6" "confluent-kafka>=2.16,<3"
 ENV PYTHONPATH=/opt/kct/python
 USER 185:185
 

@@ -1,0 +1,201 @@
+"""The aggregation job's configuration: one model, read by `kct aggregate` and rendered by the operator.
+
+Keys are camelCase (Kubernetes style) like the receiver's config; the models are strict, frozen and forbid
+unknown keys, so a typo in a job config is an error naming the key. Values of the form `${NAME}` or
+`${NAME:-default}` are replaced from the environment when the file is loaded, so one file serves a laptop
+(`KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092`) and a cluster. Relative paths are resolved against the
+current directory by Spark, as usual.
+
+This module imports only pydantic (and PyYAML when loading): the operator renders it without pyspark.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "AggregationConfig",
+    "ConfigError",
+    "KafkaOutputConfig",
+    "ParquetOutputConfig",
+    "RunConfig",
+    "SourceConfig",
+    "SparkConfig",
+    "ThresholdRule",
+    "WindowConfig",
+    "load_config",
+    "parse_config",
+]
+
+
+class ConfigError(ValueError):
+    """The job config is invalid; the message names the key, the value and the rule."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class SourceConfig(_Model):
+    """Where the receiver's records are: one topic, one record per push (see the README's record format)."""
+
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str = Field(default="client-telemetry", min_length=1)
+    # Which Kafka reader: Spark's own (spark-sql-kafka jars, see dev/spark-deps), our Python data source
+    # (confluent-kafka), or `auto`: Spark's when its jars are installed, ours otherwise.
+    connector: Literal["auto", "jvm", "python"] = "auto"
+    # "earliest" / "latest" for a query without a checkpoint; afterwards the checkpoint decides.
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # Upper bound on records read per partition and micro-batch (bounds memory and batch latency).
+    max_records_per_partition: Annotated[int, Field(ge=1)] = 200_000
+    # Extra librdkafka consumer properties (security.protocol, sasl.*, ssl.*).
+    consumer_properties: dict[str, str] = Field(default_factory=dict)
+
+
+class WindowConfig(_Model):
+    """Tumbling event-time windows over the data points' own timestamps (`time_unix_nano`)."""
+
+    size_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
+    # How long after a window's end late points are still accepted; later points are dropped.
+    watermark_seconds: Annotated[int, Field(ge=0, le=86_400)] = 120
+    # How far back (in windows) a cumulative series' previous point is looked for when computing a delta.
+    # Must cover the longest push interval: the broker caps it at 5 minutes, so 5 one-minute windows.
+    counter_lookback_windows: Annotated[int, Field(ge=1, le=1_440)] = 5
+
+
+class ThresholdRule(_Model):
+    """An alert when `field` of `metric` compares true against `threshold` for longer than `forSeconds`.
+
+    Evaluated per client instance and series (metric + data-point attributes) over consecutive windows:
+    KIP-714's example is `{metric: org.apache.kafka.producer.record.queue.time.max, field: max, op: ">",
+    threshold: 5000, forSeconds: 180}`.
+    """
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    metric: str = Field(min_length=1)
+    field: Literal["last", "min", "max", "avg", "delta", "rate", "p50", "p95", "p99"] = "max"
+    op: Literal[">", ">=", "<", "<="] = ">"
+    threshold: float
+    for_seconds: Annotated[int, Field(ge=0)] = 0
+    severity: Literal["info", "warning", "critical"] = "warning"
+
+
+class ParquetOutputConfig(_Model):
+    """Parquet tables under `path`: client_metrics/, rollups/, terminations/, alerts/."""
+
+    path: str = Field(min_length=1)
+
+
+class KafkaOutputConfig(_Model):
+    """Optional topic of aggregates (JSON values, key = client instance id)."""
+
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str = Field(min_length=1)
+    producer_properties: dict[str, str] = Field(default_factory=dict)
+
+
+class RunConfig(_Model):
+    """How the job runs.
+
+    `mode: stream` is Structured Streaming with checkpoints (the production mode); with
+    `untilDrained: true` it uses the availableNow trigger and stops once the topic is drained (windows
+    still open at that point are finalized by the next run, from the checkpointed state).
+    `mode: batch` reads the topic from `startingOffsets` to its current end, aggregates every window
+    (including the newest, still-open ones) and overwrites the outputs: for tests, demos and backfills.
+    `mode: hourly` re-aggregates the client_metrics rows of one hour (`hour`, default: the last complete
+    hour) into client_metrics_hourly, reading Parquet only (the ScheduledSparkApplication).
+    """
+
+    mode: Literal["stream", "batch", "hourly"] = "stream"
+    until_drained: bool = False
+    trigger_seconds: Annotated[int, Field(ge=0)] = 30
+    checkpoint_path: str | None = None  # default: <output path>/_checkpoints
+    # Stop after this many seconds even when not drained (0 = never); for demos and smoke tests.
+    timeout_seconds: Annotated[int, Field(ge=0)] = 0
+    # hourly mode: the hour to roll up, e.g. "2026-11-21T10" (UTC); empty = the last complete hour.
+    hour: str = Field(default="", pattern=r"^(\d{4}-\d{2}-\d{2}T\d{2})?$")
+
+
+class SparkConfig(_Model):
+    """The SparkSession when the job creates it (local runs); ignored when spark-submit already did."""
+
+    master: str = "local[*]"
+    app_name: str = "kct-aggregation"
+    shuffle_partitions: Annotated[int, Field(ge=1)] = 4
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class AggregationConfig(_Model):
+    source: SourceConfig
+    window: WindowConfig = Field(default_factory=WindowConfig)
+    rules: tuple[ThresholdRule, ...] = ()
+    parquet: ParquetOutputConfig
+    kafka_output: KafkaOutputConfig | None = None
+    run: RunConfig = Field(default_factory=RunConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+
+    @model_validator(mode="after")
+    def _unique_rule_names(self) -> AggregationConfig:
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.name in seen:
+                raise ValueError(f"rules: name {rule.name!r} is used twice; rule names must be unique")
+            seen.add(rule.name)
+        return self
+
+    def checkpoint_dir(self) -> str:
+        return self.run.checkpoint_path or f"{self.parquet.path.rstrip('/')}/_checkpoints"
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{where}: environment variable {name} is not set and has no default")
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def parse_config(raw: Any) -> AggregationConfig:
+    """Build the config from parsed YAML/JSON, after `${ENV}` expansion; ConfigError names the key."""
+    if not isinstance(raw, dict):
+        raise ConfigError("aggregation config: the document must be a mapping")
+    try:
+        return AggregationConfig.model_validate(_expand(raw, "config"), strict=False)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"aggregation config: {problems}") from None
+
+
+def load_config(path: Path) -> AggregationConfig:
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return parse_config(raw)

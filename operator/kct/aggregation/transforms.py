@@ -1,0 +1,384 @@
+"""Pure DataFrame -> DataFrame transforms of the aggregation job (Spark SQL only, no Python per row).
+
+    points (decode.POINT_SCHEMA_DDL)
+      └─ aggregate_client_metrics ─▶ client_metrics   one row per window x client instance x series
+            ├─ rollups ──────────────▶ rollups          per client id / software name+version / principal
+            └─ alerts ───────────────▶ alerts           threshold rules over consecutive windows
+    points ─ terminations ──────────▶ terminations     one row per terminating push
+
+`aggregate_client_metrics` is a single streaming aggregation (watermark + tumbling window), so the same
+function runs in Structured Streaming (append mode) and in batch (tests, backfills). `rollups`,
+`terminations` and `alerts` are batch transforms: the streaming job applies them in `foreachBatch` to each
+micro-batch of finalized windows (in append mode every row of a window leaves the aggregation in the same
+micro-batch, so per-batch roll-ups are complete).
+
+Counter deltas need the previous point of a series, which may sit in an earlier window (or an earlier
+micro-batch). Instead of a per-series state store in Python, every point of a cumulative series is also
+sent, as a "carry" row, to the next `lookback` windows. A window then sees its own points plus the latest
+earlier point of the series (the carry with the highest time), and the delta is computed in Spark SQL over
+the consecutive pairs (carry, p1, p2, ...):
+
+    increment(prev, cur) = cur.value              if cur.value < prev.value or cur.start != prev.start
+                                                  (counter reset: it restarted from 0 at cur.start)
+                         = cur.value - prev.value otherwise
+
+A series seen for the first time (no carry) contributes its whole value when its start time lies within
+the lookback horizon (the counter started recently, so everything it counted happened since) and is only
+a baseline otherwise (a long-running client we started watching late: its lifetime total is not put into
+one window). Delta-temporality sums are summed; cumulative histograms get the same pairwise treatment,
+bucket by bucket. The cost is `lookback` extra rows per cumulative point, all inside one JVM aggregation;
+the state stays bounded by the watermark. Carry rows also move the event-time maximum ahead by up to
+`lookback` windows, so the watermark delay is widened by as much: late points are still accepted for
+`watermark_seconds` (measured at window granularity: a point is late when its window starts before the
+newest window minus the delay), and a window is emitted `watermark + lookback x size` after it ends.
+Gauges are last/min/max/avg; histograms get p50/p95/p99 by
+linear interpolation within the bucket that holds the rank (the first bucket's lower edge is 0 or its
+upper bound if negative; the overflow bucket's upper edge is the highest finite bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from kct.aggregation.config import ThresholdRule
+
+__all__ = [
+    "CLIENT_METRICS_COLUMNS",
+    "LABEL_COLUMNS",
+    "QUANTILES",
+    "ROLLUP_DIMENSIONS",
+    "aggregate_client_metrics",
+    "alerts",
+    "hourly",
+    "quantile_expr",
+    "rollups",
+    "terminations",
+]
+
+LABEL_COLUMNS: tuple[str, ...] = (
+    "client_id",
+    "client_software_name",
+    "client_software_version",
+    "client_source_address",
+    "client_source_port",
+    "principal",
+    "broker_id",
+)
+SERIES_KEYS: tuple[str, ...] = (
+    "client_instance_id", "metric", "type", "temporality", "monotonic", "attributes_key", "explicit_bounds",
+)
+QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+ROLLUP_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "client_id": ("client_id",),
+    "client_software": ("client_software_name", "client_software_version"),
+    "principal": ("principal",),
+}
+CLIENT_METRICS_COLUMNS: tuple[str, ...] = (
+    "window_start", "window_end", "date", "client_instance_id", *LABEL_COLUMNS, "resource_attributes",
+    "metric", "unit", "type", "temporality", "monotonic", "attributes", "attributes_key", "points",
+    "last_time", "value_last", "value_min", "value_max", "value_avg", "delta", "rate", "resets", "count",
+    "sum", "explicit_bounds", "bucket_counts", "p50", "p95", "p99",
+)
+
+_POINT_STRUCT = (
+    "named_struct('t', time_unix_nano, 's', start_time_unix_nano, 'v', value, 'c', count, 'h', sum, "
+    "'b', bucket_counts)"
+)
+
+
+def quantile_expr(q: float, counts: str, bounds: str) -> Column:
+    """Estimate of quantile `q` from OTLP explicit-bucket counts (SQL column names `counts`, `bounds`).
+
+    Bucket i holds (bounds[i-1], bounds[i]]; the rank q*total falls in the first bucket whose cumulative
+    count reaches it, and the estimate interpolates linearly inside that bucket.
+    """
+    cum = f"transform({counts}, (x, i) -> aggregate(slice({counts}, 1, i + 1), 0L, (a, y) -> a + y))"
+    total = f"aggregate({counts}, 0L, (a, y) -> a + y)"
+    target = f"({q} * {total})"
+    idx = f"(array_position(transform({cum}, x -> x >= {target}), true) - 1)"
+    lower = f"IF({idx} = 0, LEAST(0D, get({bounds}, 0)), get({bounds}, {idx} - 1))"
+    upper = f"IF({idx} >= size({bounds}), get({bounds}, size({bounds}) - 1), get({bounds}, {idx}))"
+    below = f"IF({idx} = 0, 0L, get({cum}, {idx} - 1))"
+    frac = f"(({target} - {below}) / get({counts}, {idx}))"
+    return F.expr(
+        f"CASE WHEN {counts} IS NULL OR {bounds} IS NULL OR size({bounds}) = 0 OR {total} = 0 "
+        "THEN CAST(NULL AS DOUBLE) "
+        f"ELSE {lower} + ({upper} - {lower}) * {frac} END"
+    )
+
+
+def _with_quantiles(df: DataFrame, counts: str = "bucket_counts", bounds: str = "explicit_bounds") -> DataFrame:
+    for name, q in QUANTILES:
+        df = df.withColumn(name, quantile_expr(q, counts, bounds))
+    return df
+
+
+def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, watermark_seconds: int | None = 120,
+                             lookback_windows: int = 5) -> DataFrame:
+    """Data points -> one row per (window, client instance, metric, data-point attributes).
+
+    `watermark_seconds=None` leaves the watermark off (batch runs that must see every window).
+    """
+    size, lookback = int(window_seconds), int(lookback_windows)
+    cumulative = F.col("temporality") == "cumulative"
+    carried = cumulative & F.col("type").isin("sum", "histogram")
+    df = points.withColumn("_ws", F.expr(f"(time_unix_nano div {size * 1_000_000_000}) * {size}")).withColumn(
+        "_k", F.explode(F.when(carried, F.sequence(F.lit(0), F.lit(lookback))).otherwise(F.array(F.lit(0))))
+    )
+    df = df.withColumn("event_time", F.timestamp_seconds(F.col("_ws") + F.col("_k") * size))
+    if watermark_seconds is not None:
+        # Carry rows sit up to `lookback` windows ahead of the newest point and push the event-time maximum
+        # ahead by as much; widening the delay by the same amount keeps the tolerance for late points at
+        # `watermark_seconds` (the price: windows are emitted later by lookback x size).
+        df = df.withWatermark("event_time", f"{int(watermark_seconds) + lookback * size} seconds")
+
+    own = F.col("_k") == 0
+    own_time = F.when(own, F.col("time_unix_nano"))
+    keep_points = own & (carried | (F.col("type") == "histogram"))
+    aggs: list[Column] = [
+        F.count(F.when(own, F.lit(1))).alias("points"),
+        *(F.max_by(c, own_time).alias(c) for c in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes")),
+        F.max(F.when(own, F.col("time"))).alias("last_time"),
+        F.max_by("value", own_time).alias("value_last"),
+        F.min(F.when(own, F.col("value"))).alias("value_min"),
+        F.max(F.when(own, F.col("value"))).alias("value_max"),
+        F.avg(F.when(own, F.col("value"))).alias("value_avg"),
+        F.sum(F.when(own, F.col("value"))).alias("_value_sum"),
+        F.sum(F.when(own, F.col("count"))).alias("_count_sum"),
+        F.sum(F.when(own, F.col("sum"))).alias("_sum_sum"),
+        F.max_by("count", own_time).alias("_count_last"),
+        F.max_by("sum", own_time).alias("_sum_last"),
+        F.max_by(F.expr(_POINT_STRUCT), F.when(~own, F.col("time_unix_nano"))).alias("_carry"),
+        F.collect_list(F.when(keep_points, F.expr(_POINT_STRUCT))).alias("_pts"),
+    ]
+    agg = df.groupBy(F.window("event_time", f"{size} seconds").alias("w"), *SERIES_KEYS).agg(*aggs)
+    return _finish(agg.where(F.col("points") > 0), size, lookback)
+
+
+def _finish(agg: DataFrame, size: int, lookback: int) -> DataFrame:
+    horizon_ns = f"((unix_seconds(w.start) - {lookback * size}) * 1000000000L)"
+    df = agg.withColumn("_seq", F.expr("array_sort(_pts)")).withColumn(
+        "_full", F.expr("IF(_carry IS NULL, _seq, concat(array(_carry), _seq))")
+    ).withColumn("_pairs", F.expr("filter(sequence(0, size(_full) - 1), i -> i > 0)"))
+    # First point of a series seen for the first time: counts from its start when that is recent.
+    fresh = f"(_carry IS NULL AND get(_seq, 0).s > 0 AND get(_seq, 0).s >= {horizon_ns})"
+    reset = "(_full[i].{f} < _full[i - 1].{f} OR _full[i].s != _full[i - 1].s)"
+    counter = (
+        f"aggregate(_pairs, named_struct('d', IF({fresh}, get(_seq, 0).v, 0D), 'r', 0), (acc, i) -> "
+        f"IF({reset.format(f='v')}, named_struct('d', acc.d + _full[i].v, 'r', acc.r + 1), "
+        "named_struct('d', acc.d + _full[i].v - _full[i - 1].v, 'r', acc.r)))"
+    )
+    add = "zip_with({a}, {b}, (x, y) -> x + y)"
+    sub = "zip_with({a}, {b}, (x, y) -> x - y)"
+    zeros = "array_repeat(0L, size(explicit_bounds) + 1)"
+    hist_init = (
+        f"IF({fresh}, named_struct('b', get(_seq, 0).b, 'c', get(_seq, 0).c, "
+        "'h', coalesce(get(_seq, 0).h, 0D), 'r', 0), "
+        f"named_struct('b', {zeros}, 'c', 0L, 'h', 0D, 'r', 0))"
+    )
+    cum_hist = (
+        f"aggregate(_pairs, {hist_init}, (acc, i) -> IF({reset.format(f='c')}, "
+        f"named_struct('b', {add.format(a='acc.b', b='_full[i].b')}, 'c', acc.c + _full[i].c, "
+        "'h', acc.h + coalesce(_full[i].h, 0D), 'r', acc.r + 1), "
+        f"named_struct('b', {add.format(a='acc.b', b=sub.format(a='_full[i].b', b='_full[i - 1].b'))}, "
+        "'c', acc.c + _full[i].c - _full[i - 1].c, "
+        "'h', acc.h + coalesce(_full[i].h, 0D) - coalesce(_full[i - 1].h, 0D), 'r', acc.r)))"
+    )
+    delta_hist = (
+        f"aggregate(_seq, named_struct('b', {zeros}, 'c', 0L, 'h', 0D, 'r', 0), (acc, p) -> "
+        f"named_struct('b', {add.format(a='acc.b', b='p.b')}, 'c', acc.c + p.c, 'h', acc.h + coalesce(p.h, 0D), "
+        "'r', 0))"
+    )
+    is_cum = F.col("temporality") == "cumulative"
+    is_sum, is_hist = F.col("type") == "sum", F.col("type") == "histogram"
+    counter_col = F.expr(counter)
+    hist = F.when(is_hist & is_cum, F.expr(cum_hist)).when(is_hist, F.expr(delta_hist))
+    df = df.withColumn("_counter", counter_col).withColumn("_hist", hist)
+    delta = (
+        F.when(is_sum & is_cum & F.col("monotonic"), F.col("_counter.d"))
+        .when(is_sum & is_cum, F.expr("try_element_at(_full, -1).v - get(_full, 0).v"))
+        .when(is_sum, F.col("_value_sum"))
+    )
+    resets = F.when(is_sum & is_cum & F.col("monotonic"), F.col("_counter.r")).when(
+        is_hist & is_cum, F.col("_hist.r")
+    ).when(is_sum | is_hist, F.lit(0))
+    count = F.when(is_hist, F.col("_hist.c")).when(
+        F.col("type").isin("exponential_histogram", "summary"),
+        F.when(is_cum | (F.col("type") == "summary"), F.col("_count_last")).otherwise(F.col("_count_sum")),
+    )
+    total = F.when(is_hist, F.col("_hist.h")).when(
+        F.col("type").isin("exponential_histogram", "summary"),
+        F.when(is_cum | (F.col("type") == "summary"), F.col("_sum_last")).otherwise(F.col("_sum_sum")),
+    )
+    df = (
+        df.withColumn("window_start", F.col("w.start"))
+        .withColumn("window_end", F.col("w.end"))
+        .withColumn("date", F.date_format(F.col("w.start"), "yyyy-MM-dd"))
+        .withColumn("delta", delta)
+        .withColumn("rate", delta / F.lit(float(size)))
+        .withColumn("resets", resets.cast("int"))
+        .withColumn("count", count.cast("long"))
+        .withColumn("sum", total.cast("double"))
+        .withColumn("bucket_counts", F.when(is_hist, F.col("_hist.b")))
+    )
+    not_value = F.col("type").isin("histogram", "exponential_histogram", "summary")
+    for name in ("value_last", "value_min", "value_max", "value_avg"):
+        df = df.withColumn(name, F.when(~not_value, F.col(name)))
+    return _with_quantiles(df).select(*CLIENT_METRICS_COLUMNS)
+
+
+def _sum_arrays(col: str) -> Column:
+    """Element-wise sum of the arrays collected from `col` (one bucket layout per group)."""
+    return F.expr(
+        f"aggregate(collect_list({col}), CAST(NULL AS ARRAY<BIGINT>), "
+        "(acc, b) -> IF(acc IS NULL, b, zip_with(acc, b, (x, y) -> x + y)))"
+    )
+
+
+def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | None = None) -> DataFrame:
+    """Per-window aggregates of client_metrics per client id, software name/version and principal.
+
+    Counters: deltas and rates summed over instances. Gauges: sum of the instances' last values, min of
+    mins, max of maxes, mean of means. Histograms: buckets, counts and sums merged, quantiles recomputed.
+    """
+    dims = dimensions or ROLLUP_DIMENSIONS
+    parts: list[DataFrame] = []
+    keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key",
+            "explicit_bounds")
+    for name, cols in dims.items():
+        grouped = client_metrics.groupBy(*keys, *cols).agg(
+            F.first("attributes").alias("attributes"),
+            F.countDistinct("client_instance_id").alias("instances"),
+            F.sum("points").alias("points"),
+            F.sum("value_last").alias("value_last_sum"),
+            F.min("value_min").alias("value_min"),
+            F.max("value_max").alias("value_max"),
+            F.avg("value_avg").alias("value_avg"),
+            F.sum("delta").alias("delta"),
+            F.sum("rate").alias("rate"),
+            F.sum("resets").alias("resets"),
+            F.sum("count").alias("count"),
+            F.sum("sum").alias("sum"),
+            _sum_arrays("bucket_counts").alias("bucket_counts"),
+        )
+        parts.append(
+            grouped.withColumn("dimension", F.lit(name)).withColumn(
+                "dimension_value", F.concat_ws("/", *(F.coalesce(F.col(c), F.lit("")) for c in cols))
+            ).drop(*cols)
+        )
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    out = _with_quantiles(out)
+    return out.select(
+        "window_start", "window_end", "date", "dimension", "dimension_value", "metric", "unit", "type",
+        "temporality", "attributes", "attributes_key", "instances", "points", "value_last_sum", "value_min",
+        "value_max", "value_avg", "delta", "rate", "resets", "count", "sum", "explicit_bounds", "bucket_counts",
+        "p50", "p95", "p99",
+    )
+
+
+def hourly(client_metrics: DataFrame, hours: int = 1) -> DataFrame:
+    """client_metrics rows (any window size) re-aggregated into windows of `hours` hours, same columns.
+
+    Deltas, counts, sums and buckets add up; rate = delta / window; last is the newest window's last;
+    avg is weighted by points; quantiles are recomputed from the merged buckets. Exponential histograms
+    and summaries (count and sum are snapshots there) keep the newest window's values.
+    """
+    size = 3600 * int(hours)
+    w = F.window("window_start", f"{size} seconds")
+    newest = F.col("window_start")
+    snapshot = F.col("type").isin("exponential_histogram", "summary")
+    grouped = client_metrics.groupBy(w.alias("w"), *SERIES_KEYS).agg(
+        *(F.max_by(c, newest).alias(c) for c in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes")),
+        F.sum("points").alias("points"),
+        F.max("last_time").alias("last_time"),
+        F.max_by("value_last", newest).alias("value_last"),
+        F.min("value_min").alias("value_min"),
+        F.max("value_max").alias("value_max"),
+        (F.sum(F.col("value_avg") * F.col("points")) / F.sum(F.when(F.col("value_avg").isNotNull(), F.col("points"))))
+        .alias("value_avg"),
+        F.sum("delta").alias("delta"),
+        F.sum("resets").alias("resets"),
+        F.when(F.max(snapshot), F.max_by("count", newest)).otherwise(F.sum("count")).alias("count"),
+        F.when(F.max(snapshot), F.max_by("sum", newest)).otherwise(F.sum("sum")).alias("sum"),
+        _sum_arrays("bucket_counts").alias("bucket_counts"),
+    )
+    out = (
+        grouped.withColumn("window_start", F.col("w.start"))
+        .withColumn("window_end", F.col("w.end"))
+        .withColumn("date", F.date_format(F.col("w.start"), "yyyy-MM-dd"))
+        .withColumn("rate", F.col("delta") / F.lit(float(size)))
+    )
+    return _with_quantiles(out).select(*CLIENT_METRICS_COLUMNS)
+
+
+def terminations(points: DataFrame) -> DataFrame:
+    """One row per terminating push: the instance, its labels, when, and the `client.terminating` reason."""
+    is_reason = F.col("metric").endswith("client.terminating")
+    reason_time = F.when(is_reason, F.col("time_unix_nano"))
+    df = points.where(F.col("terminating") | is_reason).groupBy("client_instance_id", "topic", "partition", "offset")
+    out = df.agg(
+        *(F.max_by(c, F.col("time_unix_nano")).alias(c) for c in LABEL_COLUMNS),
+        F.max("terminating").alias("terminating"),
+        F.max("time").alias("terminated_at"),
+        F.max_by(F.col("attributes").getItem("reason"), reason_time).alias("reason"),
+    )
+    return out.withColumn("date", F.date_format("terminated_at", "yyyy-MM-dd")).select(
+        "terminated_at", "date", "client_instance_id", *LABEL_COLUMNS, "terminating", "reason", "topic",
+        "partition", "offset",
+    )
+
+
+_OPS = {">": "__gt__", ">=": "__ge__", "<": "__lt__", "<=": "__le__"}
+# Rule fields -> client_metrics columns.
+RULE_FIELDS = {"last": "value_last", "min": "value_min", "max": "value_max", "avg": "value_avg", "delta": "delta",
+               "rate": "rate", "p50": "p50", "p95": "p95", "p99": "p99"}
+
+
+def alerts(client_metrics: DataFrame, rules: Sequence[ThresholdRule]) -> DataFrame | None:
+    """Rows for every window in which a rule has held for longer than its `forSeconds`.
+
+    A breach run is a sequence of consecutive windows (each starting where the previous ended) of one
+    series whose `field` satisfies the rule; `breach_seconds` counts from the start of the run's first
+    window to the end of the current one, so resolution is the window size. One row per firing window:
+    an alert manager reads the newest, and a run's first row says when it started firing.
+    """
+    if not rules:
+        return None
+    series = ("client_instance_id", "metric", "attributes_key")
+    parts: list[DataFrame] = []
+    for rule in rules:
+        value = F.col(RULE_FIELDS[rule.field]).cast("double")
+        breach = getattr(value, _OPS[rule.op])(F.lit(float(rule.threshold)))
+        df = client_metrics.where(F.col("metric") == rule.metric).withColumn("value", value).where(
+            F.col("value").isNotNull()
+        ).withColumn("_breach", breach)
+        w = Window.partitionBy(*series).orderBy("window_start")
+        new_run = F.col("_breach") & (
+            F.lag("_breach").over(w).isNull()
+            | ~F.lag("_breach").over(w)
+            | (F.lag("window_end").over(w) != F.col("window_start"))
+        )
+        running = w.rowsBetween(Window.unboundedPreceding, 0)
+        df = df.withColumn("_run", F.sum(F.when(new_run, 1).otherwise(0)).over(running))
+        df = df.where("_breach").withColumn(
+            "breach_started_at", F.min("window_start").over(Window.partitionBy(*series, "_run"))
+        ).withColumn("breach_seconds", F.col("window_end").cast("long") - F.col("breach_started_at").cast("long"))
+        parts.append(
+            df.where(F.col("breach_seconds") > rule.for_seconds).select(
+                F.lit(rule.name).alias("rule"), F.lit(rule.severity).alias("severity"),
+                "window_start", "window_end", "date", "client_instance_id", *LABEL_COLUMNS, "metric", "attributes",
+                "attributes_key", F.lit(rule.field).alias("field"), F.lit(rule.op).alias("op"),
+                F.lit(float(rule.threshold)).alias("threshold"), F.lit(rule.for_seconds).alias("for_seconds"),
+                "value", "breach_started_at", "breach_seconds",
+            )
+        )
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
