@@ -10,10 +10,11 @@ from typing import Any
 import aiohttp
 import pytest
 import zstandard
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
 from kct.receiver.config import ReceiverConfig, parse_config
 from kct.receiver.server import ReceiverServer
 from kct.receiver.sink import MemorySink
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 TOKEN = "test-token"
 PROTOBUF = "application/x-protobuf"

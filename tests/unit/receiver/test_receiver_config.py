@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from kct.otlp import labels as L
 from kct.receiver.config import (
     ConfigError,

@@ -8,11 +8,12 @@ import re
 
 from conftest import JSON, PROTOBUF, TOKEN, Receiver, ReceiverFactory, base_config, encode, make_request
 from google.protobuf import json_format
-from kct.otlp import labels as L
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
+
+from kct.otlp import labels as L
 
 
 def _headers(record_headers: tuple[tuple[str, bytes], ...]) -> dict[str, str]:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kct.receiver.config import QuotaOverride, QuotasConfig
 from kct.receiver.errors import TooManyRequests
 from kct.receiver.quota import QuotaLevel, QuotaManager, WindowedRate, throttle_delay_ms

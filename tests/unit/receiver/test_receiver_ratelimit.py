@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kct.receiver.config import RateLimitConfig
 from kct.receiver.errors import TooManyRequests
 from kct.receiver.ratelimit import PushIntervalLimiter

@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from conftest import PROTOBUF, ReceiverFactory, base_config, make_request
+
 from kct.receiver.quota import QuotaLevel
 
 
