@@ -28,6 +28,7 @@ lint: venv  ## ruff and mypy --strict
 	$(VENV)/bin/ruff check operator tests bench dev
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict dev/stack
+	$(VENV)/bin/mypy --strict dev/spark-deps/install.py
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 
