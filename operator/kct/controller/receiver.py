@@ -22,7 +22,6 @@ import base64
 import datetime as dt
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -38,8 +37,8 @@ from kct.controller.conditions import (
     remove_condition,
     set_condition,
 )
+from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
 from kct.controller.subscription import (
-    PAUSE_ANNOTATION,
     ConnectionProblem,
     Event,
     Outcome,
@@ -70,34 +69,8 @@ TopicAdminFactory = Callable[[KafkaConnection | None, str], TopicAdmin]
 SPARK_KINDS: Final = frozenset({"SparkApplication", "ScheduledSparkApplication"})
 
 
-@dataclass(frozen=True)
-class ReceiverResource:
+class ReceiverResource(ResourceView):
     """The parts of a TelemetryReceiver body that reconciliation reads."""
-
-    namespace: str
-    name: str
-    uid: str
-    generation: int
-    spec: Mapping[str, Any]
-    annotations: Mapping[str, str]
-    status: Mapping[str, Any]
-
-    @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> ReceiverResource:
-        meta = body.get("metadata", {})
-        return cls(
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
-            generation=int(meta.get("generation", 0) or 0),
-            spec=dict(body.get("spec") or {}),
-            annotations=dict(meta.get("annotations") or {}),
-            status=dict(body.get("status") or {}),
-        )
-
-    @property
-    def paused(self) -> bool:
-        return self.annotations.get(PAUSE_ANNOTATION, "").strip().lower() == "true"
 
 
 def topic_configs(spec: TelemetryReceiverSpec) -> dict[str, str]:

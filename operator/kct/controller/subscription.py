@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -34,6 +34,7 @@ from kct.controller.conditions import (
     remove_condition,
     set_condition,
 )
+from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
 from kct.kafka.clientmetrics import config_changes, desired_configs
 from kct.kafka.errors import (
     InvalidClientMetricsConfigError,
@@ -57,7 +58,6 @@ __all__ = [
     "reconcile_subscription",
 ]
 
-PAUSE_ANNOTATION: Final = "telemetry.kct.dev/paused"
 
 
 class ConnectionProblem(ValueError):
@@ -82,40 +82,12 @@ class Claim:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True)
-class SubscriptionResource:
+class SubscriptionResource(ResourceView):
     """The parts of a ClientMetricsSubscription body that reconciliation reads."""
-
-    namespace: str
-    name: str
-    uid: str
-    generation: int
-    creation_timestamp: str
-    spec: Mapping[str, Any]
-    annotations: Mapping[str, str]
-    status: Mapping[str, Any]
-
-    @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> SubscriptionResource:
-        meta = body.get("metadata", {})
-        return cls(
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
-            generation=int(meta.get("generation", 0) or 0),
-            creation_timestamp=str(meta.get("creationTimestamp", "")),
-            spec=dict(body.get("spec") or {}),
-            annotations=dict(meta.get("annotations") or {}),
-            status=dict(body.get("status") or {}),
-        )
 
     @property
     def subscription_name(self) -> str:
         return effective_subscription_name(dict(self.spec), self.name)
-
-    @property
-    def paused(self) -> bool:
-        return self.annotations.get(PAUSE_ANNOTATION, "").strip().lower() == "true"
 
     def claim(self) -> Claim:
         return Claim(self.creation_timestamp, self.namespace, self.name, self.uid)
