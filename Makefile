@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint plugin-test pytest test unit stack-up stack-down stack-status demo manifests tools clean
+.PHONY: help venv lint plugin-test pytest test unit stack-up stack-down stack-status demo bench manifests tools clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,6 +30,7 @@ lint: venv  ## ruff and mypy --strict
 	$(VENV)/bin/mypy --strict dev/stack
 	$(VENV)/bin/mypy --strict dev/spark-deps/install.py
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
+	MYPYPATH=dev/demo:operator $(VENV)/bin/mypy --strict dev/demo bench/run_all.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 
 plugin-test:  ## the broker plugin's JUnit tests (Maven)
@@ -52,10 +53,11 @@ stack-down:  ## stop everything stack-up started
 stack-status:  ## what is running
 	$(PYTHON) dev/stack/stack.py status
 
-demo: venv stack-up  ## the whole system locally
-	@echo "The local stack is running (see above). Source build/stack.env, then e.g.:"
-	@echo "  kubectl get --raw /readyz; kubectl get namespaces"
-	@echo "Stop it with: make stack-down"
+demo: venv  ## the whole system locally: stack, operator, receiver, real clients, Spark; summary + HTML report (KEEP=1 keeps the stack)
+	$(VPY) dev/demo/demo.py $(if $(filter 1,$(KEEP)),--keep-stack) $(DEMO_ARGS)
+
+bench: venv  ## the benchmarks with quick settings, one table of figures (BENCH_ARGS=--full: the scripts' defaults)
+	$(VPY) bench/run_all.py $(BENCH_ARGS)
 
 manifests:  ## regenerate helm/kct/crds, deploy/install.yaml and deploy/argocd/argocd-cm-health.yaml
 	$(PYTHON) dev/gen_install_manifest.py

@@ -1,0 +1,690 @@
+#!/usr/bin/env python3
+"""`make demo`: the whole system end to end on the local stack, with real Kafka clients.
+
+    .venv/bin/python dev/demo/demo.py [--duration 60] [--keep-stack] [--narrow-window 20]
+
+Steps (each printed with its duration; the first failing step stops the run, cleanup always runs):
+
+  1. the local stack (`dev/stack/stack.py up`: etcd, kube-apiserver, controller-manager, Kafka + plugin)
+  2. the CRDs (`kubectl apply -f crds/`) and `kct operator`, watching the demo namespace
+  3. the examples: examples/subscriptions/ and examples/demo/ (a subscription matching the demo
+     clients, a TelemetryReceiver whose push token is a Secret made from the stack's token)
+  4. `kct receiver` as a local process with the config the operator rendered into the ConfigMap
+     (no kubelet runs here, so the Deployment's pods never start)
+  5. real confluent-kafka producers and consumers for `--duration` seconds, each with its own
+     client.id and software name/version; librdkafka pushes their metrics through the broker plugin
+  6. narrowing: the subscription's `match.clientId` is changed to one client, and pushes are counted
+     per client id in the topic after one push interval: only that client may still push
+  7. `kct aggregate` (Spark, local mode) with the operator's rendered aggregation config, read to the
+     end of the topic
+  8. the summary (subscriptions, clients, pushes, per-client aggregates) and an HTML report with plots
+
+Outputs go to build/demo/ (report.html, summary.txt, logs/). The exit code is 0 only when every step
+succeeded, every demo client has aggregates and the narrowing step showed only the chosen client pushing.
+The stack is stopped at the end unless `--keep-stack` (or KEEP=1) or it was already running before the
+demo started (then it is left as found, and so are the demo's resources unless `--remove-resources`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+from clients import DEMO_CLIENTS, ClientFleet, ensure_topics  # noqa: E402
+from report import (  # noqa: E402
+    KEY_METRICS,
+    Push,
+    client_aggregates,
+    format_table,
+    html_report,
+    metric_series,
+    svg_line_chart,
+    svg_push_timeline,
+)
+
+KCT = REPO / ".venv" / "bin" / "kct"
+STACK = REPO / "dev" / "stack" / "stack.py"
+STACK_ENV = REPO / "build" / "stack.env"
+SUBSCRIPTION = "demo-clients"  # examples/demo/subscription.yaml
+RECEIVER = "demo"  # examples/demo/telemetryreceiver.yaml
+TOKEN_SECRET = "demo-push-token"  # referenced by examples/demo/telemetryreceiver.yaml
+NARROW_TO = "demo-orders-producer"
+SUBSCRIPTION_COLUMNS = "custom-columns=" + ",".join((
+    "NAME:.metadata.name",
+    "CLIENT_METRICS:.status.subscriptionName",
+    "INTERVAL:.status.appliedConfigs.interval\\.ms",
+    "MATCH:.status.appliedConfigs.match",
+    'READY:.status.conditions[?(@.type=="Ready")].status',
+    'REASON:.status.conditions[?(@.type=="Ready")].reason',
+))
+
+
+class DemoError(RuntimeError):
+    """A step failed; the message says what and where to look."""
+
+
+def log(message: str = "") -> None:
+    print(message, flush=True)
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out: Path = args.out.resolve()
+        self.logs = self.out / "logs"
+        self.ns: str = args.namespace
+        self.env = dict(os.environ)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.fleet: ClientFleet | None = None
+        self.stack_was_running = False
+        self.step_no = 0
+        self.started = time.monotonic()
+        self.run_start_ms = int(time.time() * 1000)
+        self.notes: list[str] = []
+        self.failures: list[str] = []
+        self.interval_ms = 5000
+        self.topic = ""
+        self.narrow: dict[str, Any] = {}
+        self.receiver_rendered_host = ""
+        self.fleet_started = 0.0
+        self.fleet_stopped = 0.0
+
+    # ---------------------------------------------------------------- helpers
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        self.step_no += 1
+        log(f"==> [{self.step_no}] {what}")
+        t0 = time.monotonic()
+        yield
+        log(f"    done in {time.monotonic() - t0:.1f}s")
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        proc = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True, env=self.env,
+                              timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise DemoError(f"kubectl {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc.stdout
+
+    def kget(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-n", self.ns, "-o", "json"))
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        logfile = (self.logs / f"{name}.log").open("ab")
+        proc = subprocess.Popen(argv, stdout=logfile, stderr=subprocess.STDOUT, env=env or self.env, cwd=REPO,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def stop(self, name: str, timeout: float = 25) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def alive(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is not None:
+            tail = (self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-15:]
+            raise DemoError(f"{name} exited with code {proc.returncode}; last lines of "
+                            f"{self.logs / (name + '.log')}:\n      " + "\n      ".join(tail))
+
+    def wait_for(self, check: Any, *, timeout: float, what: str, alive: str | None = None) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            if alive:
+                self.alive(alive)
+            with contextlib.suppress(Exception):
+                last = check()
+                if last:
+                    return last
+            time.sleep(0.5)
+        raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    # ---------------------------------------------------------------- steps
+    def stack_up(self) -> None:
+        with self.step("local stack (etcd, kube-apiserver, kube-controller-manager, Kafka with the plugin)"):
+            self.stack_was_running = STACK_ENV.exists() and _port_open(19092) and _port_open(16443)
+            # streamed: on a fresh machine this installs (builds) the servers first, which takes minutes
+            proc = subprocess.Popen([sys.executable, str(STACK), "up"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+            assert proc.stdout is not None
+            seen: list[str] = []
+            for line in proc.stdout:
+                seen.append(line)
+                if self.stack_was_running and not (line.startswith("  ") or "stack is up" in line):
+                    continue  # nothing to install or start: keep the output short
+                log("    " + line.rstrip())
+            if proc.wait() != 0:
+                raise DemoError("stack up failed:\n" + "".join(seen[-40:]))
+            for line in STACK_ENV.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key:
+                    self.env[key] = value
+            if "KCT_RECEIVER_TOKEN_FILE" not in self.env:
+                raise DemoError("build/stack.env has no KCT_RECEIVER_TOKEN_FILE: the stack is older than the "
+                                "receiver token; run `make stack-down` then `make demo` again")
+
+    def operator(self) -> None:
+        with self.step("CRDs and `kct operator` (watching namespace " + self.ns + ")"):
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+            self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+            env = {**self.env, "KCT_RESYNC_SECONDS": "10"}
+            self.start("operator", [str(KCT), "operator", "--namespace", self.ns], env)
+            time.sleep(2)
+            self.alive("operator")
+            log(f"    kct operator pid {self.procs['operator'].pid}, log {_rel(self.logs / 'operator.log')}")
+
+    def apply_examples(self) -> None:
+        with self.step("apply examples/subscriptions/ and examples/demo/ (subscriptions, TelemetryReceiver)"):
+            existing = self.kubectl("get", "namespace", self.ns, "--ignore-not-found", "-o", "name").strip()
+            if existing:
+                log(f"    namespace {self.ns} exists from an earlier run: removing its resources first")
+                self.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", self.ns,
+                             "--wait", "--timeout=90s", timeout=120)
+            else:
+                self.kubectl("create", "namespace", self.ns)
+            token = Path(self.env["KCT_RECEIVER_TOKEN_FILE"]).read_text().strip()
+            secret = self.kubectl("create", "secret", "generic", TOKEN_SECRET, "-n", self.ns,
+                                  f"--from-literal=token={token}", "--dry-run=client", "-o", "yaml")
+            self.kubectl("apply", "-f", "-", stdin=secret)
+            log(f"    secret {TOKEN_SECRET}: the stack's push token (the one the broker plugin sends)")
+            out = self.kubectl("apply", "-n", self.ns, "-f", str(REPO / "examples" / "subscriptions"),
+                               "-f", str(REPO / "examples" / "demo"))
+            for line in out.splitlines():
+                log("    " + line)
+            sub = yaml.safe_load((REPO / "examples" / "demo" / "subscription.yaml").read_text())
+            self.interval_ms = int(sub["spec"]["intervalMs"])
+            self.kubectl("wait", "--for=condition=Ready", "clientmetricssubscriptions", "--all", "-n", self.ns,
+                         "--timeout=90s", timeout=100)
+            self.kubectl("wait", "--for=condition=TopicReady", f"telemetryreceiver/{RECEIVER}", "-n", self.ns,
+                         "--timeout=90s", timeout=100)
+            log("    every ClientMetricsSubscription is Ready (configs on the broker); the receiver's topic exists")
+
+    def _rendered(self, key: str) -> dict[str, Any]:
+        """The config file (ConfigMap key `key`) the operator rendered for the demo TelemetryReceiver."""
+        status = self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {})
+        for child in status.get("children", []):
+            kind, _, name = child.partition("/")
+            if kind != "ConfigMap":
+                continue
+            data = self.kget(f"configmap/{name}").get("data", {})
+            if key in data:
+                loaded: dict[str, Any] = yaml.safe_load(data[key])
+                log(f"    read ConfigMap {self.ns}/{name} (key {key}), rendered by the operator")
+                return loaded
+        raise DemoError(f"no ConfigMap with key {key} among the children of TelemetryReceiver {RECEIVER}")
+
+    def receiver(self) -> None:
+        with self.step("`kct receiver` with the config the operator rendered"):
+            config = self.wait_for(lambda: self._rendered("receiver.yaml"), timeout=60, what="the receiver ConfigMap")
+            listen = config.setdefault("listen", {})
+            self.receiver_rendered_host = str(listen.get("host", ""))
+            if listen.get("host") in ("0.0.0.0", "::", None):
+                listen["host"] = "127.0.0.1"
+                log(f"    adjusted listen.host {self.receiver_rendered_host} -> 127.0.0.1 (pods listen on every "
+                    "interface; here the receiver is a local process and the stack stays on loopback)")
+            endpoint_port = int(self.env.get("KCT_TELEMETRY_ENDPOINT", ":4318/").rsplit(":", 1)[1].split("/")[0])
+            if int(listen.get("port", 4318)) != endpoint_port:
+                raise DemoError(f"the rendered listen.port {listen.get('port')} is not the port the broker plugin "
+                                f"posts to ({self.env.get('KCT_TELEMETRY_ENDPOINT')})")
+            self.topic = config["kafka"]["topic"]
+            path = self.out / "receiver.yaml"
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
+            env = dict(self.env)
+            token_env = (config.get("auth") or {}).get("bearerTokenEnv")
+            if token_env:
+                env[token_env] = Path(self.env["KCT_RECEIVER_TOKEN_FILE"]).read_text().strip()
+                log(f"    {token_env} = the content of Secret {TOKEN_SECRET} (the stack's push token)")
+            if _port_open(endpoint_port):
+                raise DemoError(f"port 127.0.0.1:{endpoint_port} is already taken (another receiver?); stop it first")
+            self.start("receiver", [str(KCT), "receiver", "--config", str(path)], env)
+            url = f"http://127.0.0.1:{endpoint_port}/readyz"
+            self.wait_for(lambda: _http_status(url) == 200, timeout=60, what=f"{url} to answer 200", alive="receiver")
+            log(f"    kct receiver --config {_rel(path)}  (pid {self.procs['receiver'].pid}, "
+                f"topic {self.topic}, ready)")
+
+    def clients(self) -> None:
+        duration = float(self.args.duration)
+        with self.step(f"{len(DEMO_CLIENTS)} confluent-kafka clients for {duration:.0f}s (pushes every "
+                       f"{self.interval_ms / 1000:.0f}s through the broker plugin)"):
+            rows = [(c.client_id, c.role, f"{c.software_name} {c.software_version}", c.topic,
+                     f"{c.rate:.0f} msg/s" if c.role == "producer" else f"group {c.group}") for c in DEMO_CLIENTS]
+            for line in format_table(["client.id", "role", "client.software", "topic", "load"], rows).splitlines():
+                log("    " + line)
+            ensure_topics(self.env["KAFKA_BOOTSTRAP_SERVERS"], sorted({c.topic for c in DEMO_CLIENTS}))
+            self.fleet = ClientFleet(self.env["KAFKA_BOOTSTRAP_SERVERS"], log_file=self.logs / "clients.log")
+            self.fleet.start()
+            self.fleet_started = time.time()
+            t0 = time.monotonic()
+            while (left := duration - (time.monotonic() - t0)) > 0:
+                time.sleep(min(15.0, left))
+                self._fleet_ok()
+                produced = sum(c.produced for c in self.fleet.counters.values())
+                consumed = sum(c.consumed for c in self.fleet.counters.values())
+                log(f"    t+{time.monotonic() - t0:3.0f}s  produced {produced}  consumed {consumed}  "
+                    f"pushes stored {self._receiver_pushes()}")
+
+    def _fleet_ok(self) -> None:
+        assert self.fleet is not None
+        if self.fleet.failures:
+            raise DemoError("client failed: " + "; ".join(self.fleet.failures))
+
+    def _receiver_pushes(self) -> str:
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:4318/metrics", timeout=3) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return "?"
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("kct_receiver_pushes_total"):
+                total += float(line.rsplit(" ", 1)[1])
+        return f"{total:.0f}"
+
+    def narrowing(self) -> None:
+        window = float(self.args.narrow_window)
+        with self.step(f"narrow subscription {SUBSCRIPTION} to match.clientId={NARROW_TO}"):
+            before = self.kget(f"clientmetricssubscription/{SUBSCRIPTION}")
+            old_match = before["spec"].get("match", {})
+            patch = {"spec": {"match": {"clientId": NARROW_TO}}}
+            self.kubectl("patch", "clientmetricssubscription", SUBSCRIPTION, "-n", self.ns, "--type=merge",
+                         "-p", json.dumps(patch))
+            t_patch = time.time()
+            generation = self.kget(f"clientmetricssubscription/{SUBSCRIPTION}")["metadata"]["generation"]
+
+            def reconciled() -> bool:
+                doc = self.kget(f"clientmetricssubscription/{SUBSCRIPTION}")
+                status = doc.get("status", {})
+                ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+                return bool(status.get("observedGeneration") == generation and ready and ready[0]["status"] == "True")
+
+            self.wait_for(reconciled, timeout=60, what="the operator to apply the narrowed match", alive="operator")
+            t_applied = time.time()
+            log(f"    match.clientId {old_match.get('clientId')!r} -> {NARROW_TO!r}: on the broker after "
+                f"{t_applied - t_patch:.1f}s (observedGeneration {generation}, Ready)")
+            # Clients learn the change on their next push (the broker answers UNKNOWN_SUBSCRIPTION_ID, they
+            # fetch the new subscription): allow one interval plus one push in flight, then count.
+            settle = 2 * self.interval_ms / 1000 + 2
+            start, end = t_applied + settle, t_applied + settle + window
+            log(f"    waiting {settle:.0f}s (one push interval plus one in flight), then counting pushes per "
+                f"client id for {window:.0f}s")
+            while time.time() < end + 2:
+                time.sleep(1)
+                self._fleet_ok()
+            self.narrow = {"t_patch": t_patch, "t_applied": t_applied, "start": start, "end": end,
+                           "before_start": t_patch - window, "window": window}
+
+    def stop_clients(self) -> None:
+        with self.step("stop the clients (their last push carries the terminating flag)"):
+            assert self.fleet is not None
+            self.fleet.stop()
+            self.fleet_stopped = time.time()
+            for cid, c in self.fleet.counters.items():
+                log(f"    {cid:24s} produced {c.produced:6d}  consumed {c.consumed:6d}  errors {c.errors}")
+            time.sleep(3)  # the terminating pushes travel broker -> plugin -> receiver -> topic
+
+    def read_topic(self) -> list[Push]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.env["KAFKA_BOOTSTRAP_SERVERS"], "group.id": "kct-demo-reader",
+                             "client.id": "kct-demo-reader", "enable.auto.commit": False, "log_level": 3,
+                             "enable.metrics.push": False})
+        try:
+            meta = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+            parts = [TopicPartition(self.topic, p, 0) for p in meta.partitions]
+            ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+            consumer.assign(parts)
+            pushes: list[Push] = []
+            done = {p for p, end in ends.items() if end == 0}
+            deadline = time.monotonic() + 60
+            while len(done) < len(ends) and time.monotonic() < deadline:
+                msg = consumer.poll(1.0)
+                if msg is None or msg.error():
+                    continue
+                partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+                if offset + 1 >= ends[partition]:
+                    done.add(partition)
+                headers = msg.headers() or []
+                raw_headers = list(headers.items()) if isinstance(headers, dict) else list(headers)
+                h = {k: v.decode() if isinstance(v, bytes) else str(v or "") for k, v in raw_headers}
+                received = int(h.get("kct.received_ms", "0"))
+                if received < self.run_start_ms:
+                    continue
+                pushes.append(Push(
+                    received_ms=received, client_instance_id=h.get("client_instance_id", ""),
+                    client_id=h.get("client_id", ""), software_name=h.get("client_software_name", ""),
+                    software_version=h.get("client_software_version", ""), principal=h.get("principal", ""),
+                    source=f"{h.get('client_source_address', '')}:{h.get('client_source_port', '')}",
+                    data_points=int(h.get("kct.data_points", "0") or 0),
+                    terminating=h.get("terminating") == "true",
+                ))
+            return sorted(pushes, key=lambda p: p.received_ms)
+        finally:
+            consumer.close()
+
+    def aggregate(self) -> list[dict[str, Any]]:
+        with self.step("`kct aggregate` (Spark, local mode) with the aggregation config the operator rendered"):
+            config = self._rendered("aggregation.yaml")
+            agg_dir = self.out / "aggregates"
+            shutil.rmtree(agg_dir, ignore_errors=True)
+            changes = [f"parquet.path {config['parquet']['path']} -> {_rel(agg_dir)}"]
+            config["parquet"]["path"] = str(agg_dir)
+            config["run"]["checkpointPath"] = None
+            if config["run"].get("mode") != "batch":
+                changes.append(f"run.mode {config['run'].get('mode')} -> batch (read the topic to its end, every "
+                               "window included: a streaming run keeps the last windows open for the watermark)")
+                config["run"]["mode"] = "batch"
+            from kct.aggregation import job
+
+            if config["source"].get("connector") == "jvm" and not job.connector_jars():
+                changes.append("source.connector jvm -> auto (Spark's Kafka connector jars are not installed "
+                               "here: `python dev/spark-deps/install.py --optional`)")
+                config["source"]["connector"] = "auto"
+            decoder_jar = getattr(job, "decoder_jar", None)
+            if config["source"].get("decoder") == "jvm" and decoder_jar is not None and decoder_jar() is None:
+                changes.append("source.decoder jvm -> auto (the JVM OTLP decoder jar is not built here: "
+                               "`python dev/spark-deps/install.py`)")
+                config["source"]["decoder"] = "auto"
+            if str(config["spark"].get("master", "")).startswith("local[*]"):
+                changes.append("spark.master local[*] -> local[2]")
+                config["spark"]["master"] = "local[2]"
+            for change in changes:
+                log("    adjusted " + change)
+            path = self.out / "aggregation.yaml"
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
+            t0 = time.monotonic()
+            proc = self.start("aggregate", [str(KCT), "aggregate", "--config", str(path)])
+            try:
+                proc.wait(self.args.aggregate_timeout)
+            except subprocess.TimeoutExpired as error:
+                self.stop("aggregate")
+                raise DemoError(f"kct aggregate did not finish in {self.args.aggregate_timeout}s "
+                                f"(log {self.logs / 'aggregate.log'})") from error
+            self.procs.pop("aggregate", None)
+            lines = (self.logs / "aggregate.log").read_text(errors="replace").splitlines()
+            final = [line for line in lines if line.startswith("kct aggregate:")]
+            if proc.returncode != 0:
+                raise DemoError(f"kct aggregate exited {proc.returncode}; last lines of {self.logs / 'aggregate.log'}"
+                                ":\n      " + "\n      ".join(lines[-15:]))
+            log(f"    {final[-1] if final else 'finished'} ({time.monotonic() - t0:.0f}s incl. JVM start)")
+            log(f"    kct aggregate --config {_rel(path)}")
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+            table = agg_dir / "client_metrics"
+            if not table.exists():
+                return []
+            rows: list[dict[str, Any]] = pq.read_table(table).to_pylist()
+            return rows
+
+    # ---------------------------------------------------------------- summary
+    def summary(self, pushes: list[Push], rows: list[dict[str, Any]]) -> bool:
+        with self.step("summary"):
+            ok = True
+            text: list[str] = []
+
+            def say(line: str = "") -> None:
+                text.append(line)
+                log(line)
+
+            instances = {p.client_instance_id for p in pushes}
+            rows = [r for r in rows if r["client_instance_id"] in instances]
+            demo_ids = [c.client_id for c in DEMO_CLIENTS]
+            say("")
+            say(f"Subscriptions (kubectl get clientmetricssubscriptions -n {self.ns} -o custom-columns=...: "
+                "the configs the operator applied to the broker, and the Ready condition)")
+            cms = self.kubectl("get", "clientmetricssubscriptions", "-n", self.ns, "-o", SUBSCRIPTION_COLUMNS).rstrip()
+            say(_indent(cms))
+            say("")
+            say(f"Telemetry receiver (kubectl get telemetryreceivers -n {self.ns}; no kubelet here, so its "
+                "Deployment stays unavailable and Ready=False; the receiver runs as a local process)")
+            say(_indent(self.kubectl("get", "telemetryreceivers", "-n", self.ns).rstrip()))
+            say("")
+            by_instance: dict[str, list[Push]] = {}
+            for p in pushes:
+                by_instance.setdefault(p.client_instance_id, []).append(p)
+            client_rows = []
+            for iid, ps in sorted(by_instance.items(), key=lambda kv: kv[1][0].client_id):
+                last = ps[-1]
+                client_rows.append((iid, last.client_id, f"{last.software_name} {last.software_version}",
+                                    last.principal, last.source, len(ps), sum(p.data_points for p in ps),
+                                    "yes" if any(p.terminating for p in ps) else "no"))
+            say(f"Clients seen (from the {len(pushes)} pushes stored in topic {self.topic} during this run)")
+            clients_header = ["client instance id", "client id", "software", "principal", "source", "pushes",
+                              "points", "terminated"]
+            say(_indent(format_table(clients_header, client_rows)))
+            say("")
+            aggs = client_aggregates(rows, demo_ids)
+            rates = {c.client_id: c for c in DEMO_CLIENTS}
+            agg_header = ["client id", "msg/s", "windows", "points", "metrics",
+                          *[title for title, _, _ in KEY_METRICS]]
+            agg_rows = []
+            assert self.fleet is not None
+            elapsed = max(1.0, self.fleet_stopped - self.fleet_started)
+            for cid in demo_ids:
+                c = self.fleet.counters[cid]
+                msgs = (c.produced if rates[cid].role == "producer" else c.consumed) / elapsed
+                a = aggs[cid]
+                agg_rows.append((cid, f"{msgs:.0f}", a["windows"], a["points"], a["metrics"],
+                                 *[a[title] for title, _, _ in KEY_METRICS]))
+            say(f"Per-client aggregates ({_rel(self.out / 'aggregates' / 'client_metrics')}, 10 s windows; "
+                "latencies in ms from the clients' own telemetry; msg/s counted by the demo clients)")
+            say(_indent(format_table(agg_header, agg_rows)))
+            empty = [cid for cid in demo_ids if aggs[cid]["windows"] == "0"]
+            if empty:
+                ok = False
+                self.failures.append(f"no aggregates for {', '.join(empty)}")
+                say(f"    FAIL: no aggregates for {', '.join(empty)}")
+            missing = [cid for cid in demo_ids if cid not in {p.client_id for p in pushes}]
+            if missing:
+                ok = False
+                self.failures.append(f"no pushes from {', '.join(missing)}")
+            say("")
+            n = self.narrow
+            before = Counter(p.client_id for p in pushes if n["before_start"] <= p.received_ms / 1000 < n["t_patch"])
+            after = Counter(p.client_id for p in pushes if n["start"] <= p.received_ms / 1000 < n["end"])
+            narrow_rows = []
+            for cid in demo_ids:
+                expected = cid == NARROW_TO
+                good = after[cid] > 0 if expected else after[cid] == 0
+                ok = ok and good
+                narrow_rows.append((cid, before[cid], after[cid], "keeps pushing" if expected else "stopped",
+                                    "ok" if good else "FAIL"))
+            say(f"Narrowing: {SUBSCRIPTION} match.clientId -> {NARROW_TO} at "
+                f"{_clock(n['t_patch'])} (on the broker {n['t_applied'] - n['t_patch']:.1f}s later)")
+            say(_indent(format_table(["client id", f"pushes {n['window']:.0f}s before",
+                                      f"pushes {_clock(n['start'])}-{_clock(n['end'])}", "expected", "result"],
+                                     narrow_rows)))
+            if not all(r[-1] == "ok" for r in narrow_rows):
+                self.failures.append("narrowing: a client other than the chosen one kept pushing, or it stopped")
+            report = self.out / "report.html"
+            report.write_text(self._html(pushes, rows, cms, client_rows, clients_header, agg_header, agg_rows,
+                                         narrow_rows))
+            (self.out / "summary.txt").write_text("\n".join(text) + "\n")
+            say("")
+            say("Files")
+            say(f"    HTML report with plots   {_rel(report)}")
+            say(f"    this summary             {_rel(self.out / 'summary.txt')}")
+            say(f"    aggregates (Parquet)     {_rel(self.out / 'aggregates')}/"
+                "{client_metrics,rollups,terminations,alerts}")
+            say(f"    rendered configs         {_rel(self.out / 'receiver.yaml')}, "
+                f"{_rel(self.out / 'aggregation.yaml')}")
+            say(f"    logs                     {_rel(self.logs)}/"
+                "{operator,receiver,aggregate,clients}.log")
+            return ok
+
+    def _html(self, pushes: list[Push], rows: list[dict[str, Any]], cms: str, client_rows: list[Any],
+              clients_header: list[str], agg_header: list[str], agg_rows: list[Any], narrow_rows: list[Any]) -> str:
+        n = self.narrow
+        mark = n["t_applied"]
+        label = f"match -> {NARROW_TO}"
+        producers = [c.client_id for c in DEMO_CLIENTS if c.role == "producer"]
+        consumers = [c.client_id for c in DEMO_CLIENTS if c.role == "consumer"]
+        x_range = (self.fleet_started, self.fleet_stopped + 2) if self.fleet_stopped else None
+        charts = [
+            svg_push_timeline("Pushes stored in the topic, per client id (one tick per push, ring = terminating)",
+                              pushes, marker_at=mark, marker_label=label, x_range=x_range),
+            svg_line_chart("Producer request latency, avg per window (ms)",
+                           metric_series(rows, ("producer.request.latency.avg",), client_ids=producers),
+                           y_label="ms", marker_at=mark, marker_label=label, x_range=x_range),
+            svg_line_chart("Producer record queue time, max per window (ms)",
+                           metric_series(rows, ("producer.record.queue.time.max",), "value_max", producers),
+                           y_label="ms", marker_at=mark, marker_label=label, x_range=x_range),
+            svg_line_chart("Consumer fetch latency, avg per window (ms)",
+                           metric_series(rows, ("consumer.fetch.manager.fetch.latency.avg",), client_ids=consumers),
+                           y_label="ms", marker_at=mark, marker_label=label, x_range=x_range),
+            svg_line_chart("Consumer request latency (all brokers), max per window (ms)",
+                           metric_series(rows, ("consumer.node.request.latency.max",), "value_max", consumers),
+                           y_label="ms", marker_at=mark, marker_label=label, x_range=x_range),
+        ]
+        cms_lines = cms.splitlines()
+        cms_header = cms_lines[0].split() if cms_lines else []
+        cms_rows = [line.split(None, len(cms_header) - 1) for line in cms_lines[1:]]
+        sections = [
+            ("Subscriptions", f"kubectl get clientmetricssubscriptions -n {self.ns}: the configs on the broker "
+             "(after narrowing) and the Ready condition",
+             cms_header, cms_rows),
+            ("Clients seen", f"{len(pushes)} pushes stored in topic {self.topic}", clients_header, client_rows),
+            ("Per-client aggregates", "kct aggregate, 10 s windows; latencies in ms from the clients' telemetry "
+             "(librdkafka pushes avg/max gauges over its interval); msg/s counted by the demo clients",
+             agg_header, agg_rows),
+            ("Narrowing", f"{SUBSCRIPTION}: match.clientId -> {NARROW_TO} at {_clock(n['t_patch'])} UTC",
+             ["client id", "pushes before", "pushes after", "expected", "result"], narrow_rows),
+        ]
+        footer = (f"make demo, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. librdkafka pushes gauges (avg/max over "
+                  "its interval) and sums, no histograms, so latencies are avg and max, not quantiles.")
+        return html_report("kct demo: Kafka clients' own metrics (KIP-714)", sections, charts, footer)
+
+    # ---------------------------------------------------------------- cleanup
+    def cleanup(self) -> None:
+        log("==> cleanup")
+        if self.fleet is not None:
+            self.fleet.stop()
+        self.stop("aggregate")
+        self.stop("receiver")
+        keep = self.args.keep_stack or self.stack_was_running
+        remove = self.args.remove_resources or not keep
+        if remove and "operator" in self.procs:
+            # the operator removes the broker configs and the demo topic (deleteOnRemoval) on deletion
+            self.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", self.ns,
+                         "--wait", "--timeout=60s", check=False, timeout=90)
+        self.stop("operator")
+        log("    stopped clients, receiver and operator")
+        if self.args.keep_stack or self.stack_was_running:
+            why = "--keep-stack" if self.args.keep_stack else "it was running before the demo started"
+            if remove:
+                log(f"    the stack keeps running ({why}); the demo resources were removed")
+            else:
+                log(f"    the stack keeps running ({why}); the demo resources stay in namespace {self.ns}:")
+                log(f"      source build/stack.env; kubectl get cms,tr,configmaps -n {self.ns}")
+            log("    stop it with: make stack-down")
+        else:
+            subprocess.run([sys.executable, str(STACK), "down"], capture_output=True, check=False)
+            log("    stack stopped (make stack-down); keep it next time with KEEP=1")
+
+    def run(self) -> int:
+        self.out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.logs, ignore_errors=True)
+        self.logs.mkdir(parents=True)
+        ok = False
+        try:
+            self.stack_up()
+            self.operator()
+            self.apply_examples()
+            self.receiver()
+            self.clients()
+            self.narrowing()
+            self.stop_clients()
+            pushes = self.read_topic()
+            rows = self.aggregate()
+            ok = self.summary(pushes, rows)
+        except DemoError as error:
+            log(f"    FAILED: {error}")
+            self.failures.append(str(error))
+        except KeyboardInterrupt:
+            log("    interrupted")
+            self.failures.append("interrupted")
+        except Exception as error:  # a bug in the demo or an unexpected answer: say where, still clean up
+            import traceback
+
+            log("    FAILED with an unexpected error:\n" + _indent(traceback.format_exc()))
+            self.failures.append(f"{type(error).__name__}: {error}")
+        finally:
+            self.cleanup()
+        total = time.monotonic() - self.started
+        if ok and not self.failures:
+            log(f"demo succeeded in {total:.0f}s")
+            return 0
+        log(f"demo FAILED after {total:.0f}s: " + "; ".join(self.failures))
+        return 1
+
+
+def _rel(path: Path) -> str:
+    """`path` relative to the repository when inside it (shorter output), else absolute."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def _clock(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%H:%M:%S")
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=60, help="seconds the clients run before narrowing")
+    parser.add_argument("--narrow-window", type=float, default=20, help="seconds of pushes counted after narrowing")
+    parser.add_argument("--namespace", default="kct-demo")
+    parser.add_argument("--out", type=Path, default=REPO / "build" / "demo")
+    parser.add_argument("--aggregate-timeout", type=float, default=600)
+    parser.add_argument("--keep-stack", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"),
+                        help="leave the stack running (also KEEP=1)")
+    parser.add_argument("--remove-resources", action="store_true",
+                        help="delete the demo's resources at the end even when the stack keeps running")
+    return Demo(parser.parse_args(argv)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
