@@ -1,12 +1,13 @@
 """Spark aggregation throughput: data points/s end to end (topic -> aggregates) on this machine.
 
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092 .venv/bin/python bench/spark_throughput.py [--pushes 10000]
+        [--decoder auto|jvm|python]
 
 Fills a fresh topic with realistic pushes (~100 data points each: the standard producer metrics plus
 46 partitions' series, like KIP-714's sizing example), then measures, in one local[2] SparkSession:
 
   read      the topic -> raw records (Kafka source only)
-  decode    cached records -> data points (mapInArrow: protobuf parsing + flattening, in Python)
+  decode    cached records -> data points (`--decoder`: the JVM function, or mapInArrow in Python)
   python    the same decoding in this process without Spark (the per-core ceiling of that step)
   aggregate cached points -> client_metrics (the Spark SQL windowed aggregation, noop sink)
   batch     end to end: `kct aggregate --mode batch` (read, decode, aggregate, roll-ups, alerts, Parquet)
@@ -74,6 +75,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--partitions", type=int, default=46, help="per-partition series per push (2 points each)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--decoder", choices=("auto", "jvm", "python"), default="auto",
+                        help="source.decoder of the job (auto: the JVM decoder when its jar is built)")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -89,7 +92,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="kct-bench-"))
     cfg = parse_config({
-        "source": {"bootstrapServers": args.bootstrap, "topic": topic},
+        "source": {"bootstrapServers": args.bootstrap, "topic": topic, "decoder": args.decoder},
         "rules": [{"name": "queue", "metric": "org.apache.kafka.producer.record.queue.time.max", "field": "max",
                    "op": ">", "threshold": 5000, "forSeconds": 180}],
         "parquet": {"path": str(work / "out")},
@@ -100,19 +103,21 @@ def main() -> int:
     spark = build_session(cfg)
     spark.sparkContext.setLogLevel("ERROR")
     connector = "spark-sql-kafka" if "spark-sql-kafka" in str(spark.conf.get("spark.jars", "")) else "python"
-    print(f"spark {spark.version}, master {args.master}, kafka source: {connector}", flush=True)
+    plan = decode_records(read_records(spark, cfg, streaming=False), cfg)._jdf.queryExecution().executedPlan()
+    decoder = "python" if "MapInArrow" in plan.toString() else "jvm"
+    print(f"spark {spark.version}, master {args.master}, kafka source: {connector}, decoder: {decoder}", flush=True)
 
     raw = read_records(spark, cfg, streaming=False).persist()
     n_records = raw.count()  # warms the JVM and the Python workers; timed again below
-    n_points = decode_records(raw.limit(200)).count()  # warm-up of the decoding workers
+    n_points = decode_records(raw.limit(200), cfg).count()  # warm-up of the decoding workers
     started = time.perf_counter()
-    n_points = decode_records(raw).count()
+    n_points = decode_records(raw, cfg).count()
     decode_took = time.perf_counter() - started
     print(f"{n_records} records, {n_points} data points ({n_points / max(n_records, 1):.0f} per push)\n", flush=True)
     timed("read", n_records, n_points, lambda: read_records(spark, cfg, streaming=False).count())
     print(f"  {'decode':<10} {decode_took:8.1f} s  {n_records / decode_took:10,.0f} records/s  "
           f"{n_points / decode_took:12,.0f} points/s", flush=True)
-    points_df = decode_records(raw).persist()
+    points_df = decode_records(raw, cfg).persist()
     points_df.count()
     batch = raw.limit(2000).toArrow()
     one = batch.num_rows
@@ -137,7 +142,8 @@ def main() -> int:
     spark.stop()
     from confluent_kafka.admin import AdminClient
 
-    AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics([topic])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})  # kept alive until the deletion is answered
+    admin.delete_topics([topic])[topic].result(30)
     return 0
 
 

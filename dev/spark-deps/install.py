@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""Install Spark's Kafka connector jars for local runs of the aggregation job (standard library only).
+"""Install the aggregation job's jars for local runs: our OTLP decoder and Spark's Kafka connector (stdlib only).
 
-    python dev/spark-deps/install.py [--python .venv/bin/python] [--optional]
+    python dev/spark-deps/install.py [--python .venv/bin/python] [--optional] [--decoder-only]
+
+The JVM OTLP decoder (spark/otlp-decoder, a Spark Java function with protobuf shaded in) is built with
+`mvn -q package` against the installed pyspark's own jars into ~/.cache/kct/spark-decoder/<hash>/, where
+<hash> covers the decoder's sources and the Spark version (`decoder_source_hash`, computed the same way by
+`kct.aggregation.job.decoder_jar`): an unchanged decoder is not rebuilt, a changed one is never used stale.
 
 Runs `mvn dependency:copy-dependencies` on dev/spark-deps/pom.xml with the Spark and Scala versions of the
 installed pyspark, into ~/.cache/kct/spark-jars/<spark version>/ (skipped when already there). The job
@@ -17,12 +22,15 @@ instead of an error, so `make` targets can call this unconditionally.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+DECODER = HERE.parents[1] / "spark" / "otlp-decoder"
+DECODER_JAR = "kct-otlp-decoder.jar"
 sys.path.insert(0, str(HERE.parent / "stack"))
 
 import _proc  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
@@ -37,6 +45,49 @@ def pyspark_versions(python: str) -> tuple[str, str]:
     )
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     return out[0], out[1]
+
+
+def pyspark_jars(python: str) -> Path:
+    """The `jars` folder of the pyspark that `python` imports (Spark's own classpath)."""
+    code = "import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / 'jars')"
+    return Path(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+
+
+def decoder_source_hash(source: Path, spark_version: str) -> str:
+    """16 hex digits over the decoder's pom.xml and src/ (paths and contents) and the Spark version.
+    kct.aggregation.job computes the same to find the jar: keep the two in step."""
+    digest = hashlib.sha256(spark_version.encode())
+    files = [source / "pom.xml", *sorted(p for p in (source / "src").rglob("*") if p.is_file())]
+    for path in files:
+        digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def install_decoder(python: str) -> Path:
+    """Build spark/otlp-decoder for the installed pyspark (cached by source hash); the jar's path."""
+    spark, _ = pyspark_versions(python)
+    jars = pyspark_jars(python)
+    scala_lib = next(jars.glob("scala-library-*.jar")).name.removeprefix("scala-library-").removesuffix(".jar")
+    target: Path = _proc.cache_dir("spark-decoder", decoder_source_hash(DECODER, spark))
+    jar = target / DECODER_JAR
+    if jar.is_file():
+        print(f"OTLP decoder jar for Spark {spark} already in {target}")
+        return jar
+    if shutil.which("mvn") is None:
+        raise _proc.InstallError("spark-decoder", spark, "mvn (Maven) is not on PATH")
+    with _proc.step(f"kct-otlp-decoder (Spark {spark}) into {target}"):
+        build = target / "build"
+        try:
+            _proc.run(
+                ["mvn", "-B", "-q", "-f", DECODER / "pom.xml", "package",
+                 f"-Dspark.version={spark}", f"-Dscala.library.version={scala_lib}", f"-Dspark.jars.dir={jars}",
+                 f"-Dkct.build.dir={build}"],
+                tool="spark-decoder", version=spark,
+            )
+            (build / DECODER_JAR).replace(jar)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+    return jar
 
 
 def install(python: str) -> Path:
@@ -68,7 +119,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter whose pyspark decides the versions")
     parser.add_argument("--optional", action="store_true", help="exit 0 when the connector cannot be had")
+    parser.add_argument("--decoder-only", action="store_true", help="build the OTLP decoder jar only")
     args = parser.parse_args()
+    try:
+        install_decoder(args.python)
+    except _proc.InstallError as exc:
+        print(f"{exc}\n", file=sys.stderr)
+        print("The aggregation job will decode in Python instead (source.decoder: auto).", file=sys.stderr)
+        if not args.optional:
+            return 1
+    if args.decoder_only:
+        return 0
     try:
         install(args.python)
     except _proc.InstallError as exc:

@@ -52,6 +52,9 @@ class SourceConfig(_Model):
     # Which Kafka reader: Spark's own (spark-sql-kafka jars, see dev/spark-deps), our Python data source
     # (confluent-kafka), or `auto`: Spark's when its jars are installed, ours otherwise.
     connector: Literal["auto", "jvm", "python"] = "auto"
+    # Which OTLP decoder: our JVM function (spark/otlp-decoder jar, built by dev/spark-deps/install.py),
+    # the Python one (mapInArrow), or `auto`: the JVM one when its jar is built, Python otherwise.
+    decoder: Literal["auto", "jvm", "python"] = "auto"
     # "earliest" / "latest" for a query without a checkpoint; afterwards the checkpoint decides.
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     # Upper bound on records read per partition and micro-batch (bounds memory and batch latency).

@@ -1,16 +1,18 @@
-"""OTLP push records -> flat data points, one Arrow batch at a time.
+"""OTLP push records -> flat data points, one Arrow batch at a time (Python) or on the JVM.
 
 Each Kafka record holds one push (`ExportMetricsServiceRequest` protobuf bytes) and the broker-added
 labels in its headers (names in `kct.otlp.labels`). This module turns a batch of such records into the
 flat data-point rows of `POINT_SCHEMA`, which everything downstream (windows, deltas, quantiles) handles
 in Spark SQL on the JVM.
 
-Why Python here and not spark-protobuf's `from_protobuf`: the JVM decoder needs the `spark-protobuf`
-connector jar matching the installed Spark, and the package registry this project can reach does not serve
-it (see dev/spark-deps/install.py). The decoding runs once per *push* inside `mapInArrow` (a whole Arrow
-batch of records per Python call, never a UDF per data point), with the C++ protobuf runtime (upb); the
-per-point work after decoding stays in Spark SQL. The same function is the "independent engine" of the
-tests, called without Spark.
+Two decoders produce the same rows. The JVM one (`jvm_points`) is our own Spark Java function
+(`spark/otlp-decoder`, class `JVM_DECODER_CLASS`: protobuf-java and the OpenTelemetry proto classes, shaded),
+which returns a push's data points as an array of structs; the job explodes it and adds the record's labels
+with Spark SQL, so no row crosses into Python. spark-protobuf's `from_protobuf` would do the parsing too, but
+the package registry this project can reach does not serve that connector. The Python one
+(`decode_arrow_batches`) runs once per *push* inside `mapInArrow` (a whole Arrow batch of records per Python
+call, never a UDF per data point), with the C++ protobuf runtime (upb); it is the fallback when the jar is
+not built, and the "independent engine" of the tests, called without Spark.
 
 Conventions: timestamps are kept both as nanoseconds (exact, for reset detection) and as Spark timestamps
 (microseconds, for windows); integer values become doubles; attribute values become strings; a series'
@@ -26,6 +28,9 @@ from typing import Any, Final
 from kct.otlp import labels as L
 
 __all__ = [
+    "JVM_DECODER_CLASS",
+    "JVM_DECODER_FUNCTION",
+    "JVM_POINTS_DDL",
     "OTLP_MESSAGE",
     "POINT_COLUMNS",
     "POINT_SCHEMA_DDL",
@@ -34,6 +39,7 @@ __all__ = [
     "decode_arrow_batches",
     "decode_push",
     "header_labels",
+    "jvm_points",
     "otlp_descriptor_set",
     "point_arrow_schema",
 ]
@@ -314,3 +320,64 @@ def decode_arrow_batches(batches: Iterable[Any]) -> Iterator[Any]:
             except DecodeError:
                 continue
         yield pa.RecordBatch.from_pydict(out.cols, schema=schema)
+
+
+# ---- the JVM decoder (spark/otlp-decoder) ----
+
+# The Java class (a Spark UDF1<byte[], List<Row>>), the SQL name the job registers it under, and its return
+# type: a push's data points, the per-point columns of POINT_SCHEMA (timestamps as nanoseconds only).
+JVM_DECODER_CLASS: Final = "dev.kct.otlp.OtlpPoints"
+JVM_DECODER_FUNCTION: Final = "kct_otlp_points"
+JVM_POINTS_DDL: Final = (
+    "ARRAY<STRUCT<resource_attributes: MAP<STRING, STRING>, metric: STRING, unit: STRING, type: STRING, "
+    "temporality: STRING, monotonic: BOOLEAN, attributes: MAP<STRING, STRING>, attributes_key: STRING, "
+    "start_time_unix_nano: BIGINT, time_unix_nano: BIGINT, value: DOUBLE, count: BIGINT, sum: DOUBLE, "
+    "bucket_counts: ARRAY<BIGINT>, explicit_bounds: ARRAY<DOUBLE>>>"
+)
+
+
+def _sql_label(name: str) -> str:
+    """SQL for one broker label from the record headers, as `header_labels` reads it: the last header
+    whose lower-cased name is the label's KIP-714 name or its HTTP header name, decoded as UTF-8."""
+    label = next(lab for lab in L.BROKER_LABELS if lab.name == name)
+    names = ", ".join(f"'{n}'" for n in sorted({label.name, label.http_header}))
+    return (f"CAST(try_element_at(filter(headers, h -> lower(h.key) IN ({names}) AND h.value IS NOT NULL), -1)"
+            f".value AS STRING)")
+
+
+def jvm_points(records: Any, function: str = JVM_DECODER_FUNCTION) -> Any:
+    """Records (RAW_SCHEMA_DDL) -> data points (POINT_SCHEMA_DDL) with the JVM decoder registered as
+    `function`: one call per push returns its points, `explode` makes them rows, labels come from the
+    headers in Spark SQL. Same rows as `decode_arrow_batches` (tests/unit/aggregation/test_jvm_decoder.py);
+    a record that is not a valid push yields no row."""
+    from pyspark.sql import functions as F
+
+    instance = (f"coalesce(nullif({_sql_label(L.CLIENT_INSTANCE_ID.name)}, ''), "
+                "nullif(CAST(key AS STRING), ''))")
+    interval = _sql_label(L.PUSH_INTERVAL_MS.name)
+    labels = [
+        F.expr(instance).alias("client_instance_id"),
+        *(F.expr(_sql_label(name)).alias(name) for name in _LABEL_COLUMNS),
+        F.expr(f"coalesce(lower({_sql_label(L.TERMINATING.name)}) = 'true', false)").alias("terminating"),
+        F.expr(f"CASE WHEN {interval} RLIKE '^[0-9]+$' THEN try_cast({interval} AS BIGINT) END")
+        .alias("push_interval_ms"),
+    ]
+    # Labels once per record, before `explode` (in the same select they would be evaluated once per point).
+    per_record = records.select(*labels, "topic", "partition", "offset", F.expr(f"{function}(value)").alias("ps"))
+    exploded = per_record.select(*(c for c in per_record.columns if c != "ps"), F.explode("ps").alias("p"))
+    per_point = {
+        "start_time": "CASE WHEN p.start_time_unix_nano = 0 THEN NULL "
+                      "ELSE timestamp_micros(p.start_time_unix_nano div 1000) END",
+        "time": "timestamp_micros(p.time_unix_nano div 1000)",
+    }
+    out = []
+    for part in _POINT_FIELDS:
+        name, ddl_type = part.split(" ", 1)
+        if name in per_point:
+            expr = per_point[name]
+        elif name in exploded.columns:
+            expr = f"`{name}`"
+        else:
+            expr = f"p.{name}"
+        out.append(F.expr(f"CAST({expr} AS {ddl_type})").alias(name))
+    return exploded.select(*out)

@@ -16,6 +16,7 @@ written again); rows carry `window_start` and the series keys, so readers can de
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -31,7 +32,9 @@ __all__ = [
     "build_session",
     "connector_jars",
     "decode_records",
+    "decoder_jar",
     "read_records",
+    "register_jvm_decoder",
     "run",
     "run_batch",
     "run_hourly",
@@ -59,6 +62,37 @@ def connector_jars(spark_version: str | None = None) -> list[Path]:
     return jars if any(j.name.startswith("spark-sql-kafka") for j in jars) else []
 
 
+def _decoder_source_hash(source: Path, spark_version: str) -> str:
+    """Same as dev/spark-deps/install.py's `decoder_source_hash` (the jar's cache key)."""
+    digest = hashlib.sha256(spark_version.encode())
+    files = [source / "pom.xml", *sorted(p for p in (source / "src").rglob("*") if p.is_file())]
+    for path in files:
+        digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def decoder_jar(spark_version: str | None = None) -> Path | None:
+    """The JVM OTLP decoder jar (spark/otlp-decoder) built by dev/spark-deps/install.py, if any.
+
+    `KCT_OTLP_DECODER_JAR` names it explicitly (images). Otherwise, next to the sources (a checkout), only the
+    jar built from these very sources for this Spark counts, never a stale one; without the sources (an
+    installed package), the newest jar in the cache."""
+    explicit = os.environ.get("KCT_OTLP_DECODER_JAR")
+    if explicit:
+        return Path(explicit) if Path(explicit).is_file() else None
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    cache = Path(os.environ.get("KCT_CACHE", Path.home() / ".cache" / "kct")) / "spark-decoder"
+    source = Path(__file__).resolve().parents[3] / "spark" / "otlp-decoder"
+    if (source / "pom.xml").is_file():
+        jar = cache / _decoder_source_hash(source, spark_version) / "kct-otlp-decoder.jar"
+        return jar if jar.is_file() else None
+    built = sorted(cache.glob("*/kct-otlp-decoder.jar"), key=lambda p: p.stat().st_mtime)
+    return built[-1] if built else None
+
+
 def build_session(cfg: AggregationConfig) -> Any:
     """The SparkSession: reuse the active one (spark-submit, tests), else create one from `spark:`."""
     from pyspark.sql import SparkSession
@@ -82,6 +116,9 @@ def build_session(cfg: AggregationConfig) -> Any:
         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "200000")
     )
     jars = connector_jars() if cfg.source.connector != "python" else []
+    decoder = decoder_jar() if cfg.source.decoder != "python" else None
+    if decoder is not None:
+        jars.append(decoder)
     if jars:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
     for key, value in cfg.spark.conf.items():
@@ -149,10 +186,51 @@ def read_records(spark: Any, cfg: AggregationConfig, *, streaming: bool) -> Any:
     return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 
 
-def decode_records(records: Any) -> Any:
-    """Records -> data points (decode.POINT_SCHEMA_DDL), one Python call per Arrow batch of pushes."""
-    from kct.aggregation.decode import POINT_SCHEMA_DDL, decode_arrow_batches
+def register_jvm_decoder(spark: Any, jar: Path | None = None) -> bool:
+    """Register the JVM OTLP decoder as the SQL function `decode.JVM_DECODER_FUNCTION`.
 
+    Its class is looked up on the session's classpath (`spark.jars`, set by `build_session`), else the jar
+    (default: `decoder_jar()`) is added to the running session with ADD JAR. False when neither works."""
+    from kct.aggregation.decode import JVM_DECODER_CLASS, JVM_DECODER_FUNCTION, JVM_POINTS_DDL
+
+    def register() -> bool:
+        try:
+            spark.udf.registerJavaFunction(JVM_DECODER_FUNCTION, JVM_DECODER_CLASS, JVM_POINTS_DDL)
+        except Exception:  # AnalysisException (class not found), or no JVM gateway (Spark Connect)
+            return False
+        return True
+
+    if register():
+        return True
+    jar = jar or decoder_jar()
+    if jar is None:
+        return False
+    try:
+        spark.sql(f"ADD JAR '{jar}'")
+    except Exception:
+        return False
+    return register()
+
+
+def _use_jvm_decoder(spark: Any, cfg: AggregationConfig | None) -> bool:
+    if cfg is None or cfg.source.decoder == "python":
+        return False
+    if register_jvm_decoder(spark):
+        return True
+    if cfg.source.decoder == "jvm":
+        raise RuntimeError("source.decoder is jvm but the OTLP decoder jar is not available: "
+                       "build it with `python dev/spark-deps/install.py --decoder-only`")
+    return False
+
+
+def decode_records(records: Any, cfg: AggregationConfig | None = None) -> Any:
+    """Records -> data points (decode.POINT_SCHEMA_DDL). With `cfg`, `source.decoder` picks the decoder:
+    the JVM function (one call per push, exploded in Spark SQL) or Python (one call per Arrow batch of
+    pushes, `mapInArrow`); without, Python."""
+    from kct.aggregation.decode import POINT_SCHEMA_DDL, decode_arrow_batches, jvm_points
+
+    if _use_jvm_decoder(records.sparkSession, cfg):
+        return jvm_points(records)
     return records.mapInArrow(decode_arrow_batches, POINT_SCHEMA_DDL)
 
 
@@ -250,7 +328,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
 
     from kct.aggregation.transforms import aggregate_client_metrics
 
-    points = decode_records(read_records(spark, cfg, streaming=True))
+    points = decode_records(read_records(spark, cfg, streaming=True), cfg)
     metrics = aggregate_client_metrics(
         points,
         window_seconds=cfg.window.size_seconds,
@@ -263,7 +341,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     final_pushes = read_records(spark, cfg, streaming=True).where(
         F.expr(f"exists(headers, h -> lower(h.key) IN ('{flag}') AND lower(CAST(h.value AS STRING)) = 'true')")
     )
-    ending = decode_records(final_pushes).where(
+    ending = decode_records(final_pushes, cfg).where(
         F.col("terminating") | F.col("metric").endswith("client.terminating")
     )
     checkpoints = cfg.checkpoint_dir().rstrip("/")
@@ -302,7 +380,7 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     """Aggregate everything currently in the topic; overwrite the outputs; rows written per table."""
     from kct.aggregation.transforms import aggregate_client_metrics, alerts, rollups, terminations
 
-    points = decode_records(read_records(spark, cfg, streaming=False)).persist()
+    points = decode_records(read_records(spark, cfg, streaming=False), cfg).persist()
     try:
         metrics = aggregate_client_metrics(
             points, window_seconds=cfg.window.size_seconds, watermark_seconds=None,
