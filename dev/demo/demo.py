@@ -194,7 +194,16 @@ class Demo:
     def operator(self) -> None:
         with self.step("CRDs and `kct operator` (watching namespace " + self.ns + ")"):
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-            self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+            # Poll rather than `kubectl wait`, which fails at once while a just-created CRD has no conditions.
+            jsonpath = '{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{"\\n"}{end}'
+            deadline = time.monotonic() + 60
+            while True:
+                states = self.kubectl("get", "crd", "-o", f"jsonpath={jsonpath}").split()
+                if states and all(state == "True" for state in states):
+                    break
+                if time.monotonic() > deadline:
+                    raise DemoError("the CRDs did not become Established within 60s")
+                time.sleep(0.5)
             env = {**self.env, "KCT_RESYNC_SECONDS": "10"}
             self.start("operator", [str(KCT), "operator", "--namespace", self.ns], env)
             time.sleep(2)

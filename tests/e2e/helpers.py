@@ -75,6 +75,17 @@ class Kubectl:
         document: dict[str, Any] = json.loads(self.run("get", kind, name, "-n", namespace, "-o", "json").stdout)
         return document
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Wait until each CRD (`crd/<name>`) is Established. `kubectl wait` fails at once instead of
+        waiting when a just-created CRD has no conditions yet, which happens on a fresh API server."""
+
+        def established() -> bool:
+            jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+            return all(self.run("get", crd, "-o", f"jsonpath={jsonpath}", check=False).stdout.strip() == "True"
+                       for crd in crds)
+
+        eventually(established, timeout=timeout, what=f"{', '.join(crds)} Established")
+
     def get_json(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         proc = self.run("get", kind, name, "-n", namespace, "-o", "json", check=False)
         if proc.returncode != 0:
@@ -143,3 +154,27 @@ class OperatorProcess:
 
     def log_tail(self, size: int = 4000) -> str:
         return self.log_path.read_text()[-size:] if self.log_path.exists() else ""
+
+
+def wait_for_client_metrics(bootstrap: str, name: str, configs: Mapping[str, str], *, timeout: float = 30.0) -> None:
+    """Wait until the broker serves CLIENT_METRICS `name` with `configs`, then a little more.
+
+    An alter returns once the controller committed it; the broker applies it to its subscription cache when
+    it replays the metadata log, a moment later. A client asking for its subscription before that gets none
+    and, per KIP-714, asks again only after the default 5-minute interval: tests that start clients right
+    after an alter must wait for the broker to serve it first.
+    """
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kct-e2e-wait")
+    try:
+        def served() -> bool:
+            found = admin.describe_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, name)])
+            current = found.get("client_metrics", {}).get(name, {})
+            values = {key: entry.get("value") for key, entry in current.items()}
+            return all(values.get(key) == value for key, value in configs.items())
+
+        eventually(served, timeout=timeout, what=f"CLIENT_METRICS {name} on the broker")
+    finally:
+        admin.close()
+    time.sleep(1.0)  # the describe and the subscription cache are updated by the same metadata replay

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from helpers import wait_for_client_metrics
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
@@ -101,6 +102,7 @@ def client_metrics_subscription(bootstrap: str, name: str, configs: dict[str, st
         # raise_on_unknown=False: kafka-python's pre-check describes the resource, and brokers before 4.0
         # describe a CLIENT_METRICS resource that does not exist yet as having no config keys at all.
         admin.alter_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, name, configs)], raise_on_unknown=False)
+        wait_for_client_metrics(bootstrap, name, configs)
         yield
     finally:
         deletes = {key: (AlterConfigOp.DELETE, None) for key in configs}

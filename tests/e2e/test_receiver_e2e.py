@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from helpers import wait_for_client_metrics
 
 pytestmark = pytest.mark.e2e
 
@@ -218,9 +219,11 @@ def test_real_chain_librdkafka_broker_plugin_receiver_topic(stack: Any, run_rece
     subscription = f"kct-e2e-{uuid.uuid4().hex[:8]}"
     client_id = f"chain-{uuid.uuid4().hex[:6]}"
     admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
-    admin.alter_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, subscription, configs={
-        "metrics": "*", "interval.ms": "1000", "match": f"client_id={client_id}"})], incremental=True)
+    wanted = {"metrics": "*", "interval.ms": "1000", "match": f"client_id={client_id}"}
+    admin.alter_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, subscription, configs=wanted)],
+                        incremental=True)
     try:
+        wait_for_client_metrics(stack.kafka_bootstrap, subscription, wanted)
         run_receiver(topic, port=endpoint.port, token=_plugin_token(stack))
         producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "client.id": client_id})
         deadline = time.monotonic() + 25

@@ -58,7 +58,7 @@ def topic_partitions(bootstrap: str, topic: str) -> int | None:
 def kubectl(stack: Any) -> Kubectl:
     tool = Kubectl(stack.kubeconfig)
     tool.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    tool.run("wait", "--for=condition=Established", "--timeout=60s", "crd/telemetryreceivers.telemetry.kct.dev")
+    tool.wait_established("crd/telemetryreceivers.telemetry.kct.dev")
     return tool
 
 
@@ -67,12 +67,8 @@ def spark_crds(kubectl: Kubectl) -> None:
     if not SPARK_CRDS.is_dir():
         pytest.skip(f"the spark-operator reference CRDs are not at {SPARK_CRDS} (set KCT_SPARK_OPERATOR_CRDS)")
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(SPARK_CRDS))
-    kubectl.run(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/sparkapplications.sparkoperator.k8s.io",
-        "crd/scheduledsparkapplications.sparkoperator.k8s.io",
+    kubectl.wait_established(
+        "crd/sparkapplications.sparkoperator.k8s.io", "crd/scheduledsparkapplications.sparkoperator.k8s.io"
     )
 
 

@@ -99,8 +99,7 @@ class Broker:
 def kubectl(stack: Any) -> Kubectl:
     tool = Kubectl(stack.kubeconfig)
     tool.run("apply", "-f", str(REPO / "crds"))
-    tool.run("wait", "--for=condition=Established", "--timeout=60s",
-             "crd/clientmetricssubscriptions.telemetry.kct.dev")
+    tool.wait_established("crd/clientmetricssubscriptions.telemetry.kct.dev")
     return tool
 
 
