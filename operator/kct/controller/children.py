@@ -98,21 +98,37 @@ class KubernetesChildren:
                 except ResourceNotFoundError as error:
                     raise KindNotInstalled(f"{kind}.{api_version} is not served by the API server") from error
 
-    def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        from kubernetes.dynamic.exceptions import DynamicApiError
+    def _rediscover(self, api_version: str, kind: str) -> Any:
+        """The server answered 404 for a kind discovery said it serves: discovery is stale (the python client
+        caches it in a file shared by every client of the same server URL, and a CRD can be uninstalled).
+        Forget it and look again; KindNotInstalled when the kind is really gone."""
+        with self._lock:
+            self._dynamic.resources.invalidate_cache()
+        return self._resource(api_version, kind)
 
-        resource = self._resource(str(manifest["apiVersion"]), str(manifest["kind"]))
+    def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
+
+        api_version, kind = str(manifest["apiVersion"]), str(manifest["kind"])
         metadata = manifest["metadata"]
-        try:
-            applied = resource.server_side_apply(
+
+        def server_side_apply(resource: Any) -> Any:
+            return resource.server_side_apply(
                 body=dict(manifest),
                 name=metadata["name"],
                 namespace=metadata.get("namespace"),
                 field_manager=FIELD_MANAGER,
                 force_conflicts=True,
             )
+
+        try:
+            try:
+                applied = server_side_apply(self._resource(api_version, kind))
+            except NotFoundError:
+                # Server-side apply creates what is missing, so a 404 means the kind itself is not served.
+                applied = server_side_apply(self._rediscover(api_version, kind))
         except DynamicApiError as error:
-            raise ApplyRefused(f"{manifest['kind']} {metadata['name']}: {_api_message(error)}") from error
+            raise ApplyRefused(f"{kind} {metadata['name']}: {_api_message(error)}") from error
         result: dict[str, Any] = applied.to_dict()
         return result
 
@@ -126,7 +142,12 @@ class KubernetesChildren:
         return found
 
     def list(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[ChildRef]:
-        found = self._resource(api_version, kind).get(namespace=namespace, label_selector=label_selector)
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        try:
+            found = self._resource(api_version, kind).get(namespace=namespace, label_selector=label_selector)
+        except NotFoundError:  # a list has no object to miss: the kind is not served (stale discovery)
+            found = self._rediscover(api_version, kind).get(namespace=namespace, label_selector=label_selector)
         return [
             ChildRef(api_version, kind, namespace, str(item["metadata"]["name"]), _owner_uids(item.to_dict()))
             for item in found.items
