@@ -145,7 +145,13 @@ def test_example_creates_every_child_and_the_topic(
 
     assert status["endpoint"] == f"http://{name}-receiver.{namespace}.svc:4318/v1/metrics"
     assert status["observedGeneration"] == 1
-    ready = eventually(lambda: kubectl.condition("telemetryreceiver", name, namespace), what="Ready")
+    # Right after the Deployment is applied its controller has not observed it yet; once it has, the
+    # condition reports the pods (none ever become available here: no kubelet).
+    ready = eventually(
+        lambda: (c := kubectl.condition("telemetryreceiver", name, namespace)) and "pods available" in c["message"]
+        and c,
+        what="Ready reporting the pods",
+    )
     assert (ready["status"], ready["reason"]) == ("False", "RolloutInProgress"), ready
     assert "pods available" in ready["message"]
     assert kubectl.condition("telemetryreceiver", name, namespace, "AggregationReady")["status"] == "True"
