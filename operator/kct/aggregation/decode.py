@@ -31,6 +31,7 @@ __all__ = [
     "JVM_DECODER_CLASS",
     "JVM_DECODER_FUNCTION",
     "JVM_POINTS_DDL",
+    "LABEL_COLUMNS",
     "OTLP_MESSAGE",
     "POINT_COLUMNS",
     "POINT_SCHEMA_DDL",
@@ -89,7 +90,7 @@ _POINT_FIELDS: Final[tuple[str, ...]] = (
 POINT_SCHEMA_DDL: Final = ", ".join(_POINT_FIELDS)
 POINT_COLUMNS: Final[tuple[str, ...]] = tuple(part.split(" ", 1)[0] for part in _POINT_FIELDS)
 
-_LABEL_COLUMNS: Final[tuple[str, ...]] = (
+LABEL_COLUMNS: Final[tuple[str, ...]] = (
     "client_id",
     "client_software_name",
     "client_software_version",
@@ -150,7 +151,7 @@ class _Columns:
 
 
 _COMMON_COLUMNS: Final = (
-    "client_instance_id", *_LABEL_COLUMNS, "terminating", "push_interval_ms", "resource_attributes",
+    "client_instance_id", *LABEL_COLUMNS, "terminating", "push_interval_ms", "resource_attributes",
     "topic", "partition", "offset",
 )
 _METRIC_COLUMNS: Final = ("metric", "unit", "type", "temporality", "monotonic")
@@ -206,7 +207,7 @@ def _decode_into(out: _Columns, value: bytes, key: bytes | None, headers: Iterab
     cols = out.cols
     for rm in request.resource_metrics:
         resource = list(_attributes(rm.resource.attributes).items())
-        common = (instance, *(lab.get(name) for name in _LABEL_COLUMNS), terminating, interval, resource, *where)
+        common = (instance, *(lab.get(name) for name in LABEL_COLUMNS), terminating, interval, resource, *where)
         before = len(cols["time_unix_nano"])
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
@@ -357,7 +358,7 @@ def jvm_points(records: Any, function: str = JVM_DECODER_FUNCTION) -> Any:
     interval = _sql_label(L.PUSH_INTERVAL_MS.name)
     labels = [
         F.expr(instance).alias("client_instance_id"),
-        *(F.expr(_sql_label(name)).alias(name) for name in _LABEL_COLUMNS),
+        *(F.expr(_sql_label(name)).alias(name) for name in LABEL_COLUMNS),
         F.expr(f"coalesce(lower({_sql_label(L.TERMINATING.name)}) = 'true', false)").alias("terminating"),
         F.expr(f"CASE WHEN {interval} RLIKE '^[0-9]+$' THEN try_cast({interval} AS BIGINT) END")
         .alias("push_interval_ms"),

@@ -44,6 +44,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from kct.aggregation.config import ThresholdRule
+from kct.aggregation.decode import LABEL_COLUMNS  # the broker labels the decoder emits, one column each
 
 __all__ = [
     "CLIENT_METRICS_COLUMNS",
@@ -58,15 +59,6 @@ __all__ = [
     "terminations",
 ]
 
-LABEL_COLUMNS: tuple[str, ...] = (
-    "client_id",
-    "client_software_name",
-    "client_software_version",
-    "client_source_address",
-    "client_source_port",
-    "principal",
-    "broker_id",
-)
 SERIES_KEYS: tuple[str, ...] = (
     "client_instance_id", "metric", "type", "temporality", "monotonic", "attributes_key", "explicit_bounds",
 )
