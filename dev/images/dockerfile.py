@@ -74,6 +74,12 @@ class Stage:
         return [i.arguments for i in self.of("USER")]
 
     @property
+    def workdir(self) -> str:
+        """The last WORKDIR (absolute, as this project writes them), or `/`."""
+        workdirs = self.of("WORKDIR")
+        return workdirs[-1].arguments if workdirs else "/"
+
+    @property
     def label(self) -> str:
         return self.name or str(self.index)
 

@@ -61,7 +61,7 @@ def run(unpacked: tuple[Path, Any], *argv: str) -> Any:
     return container_run.run(rootfs, config, list(argv))
 
 
-def test_the_archive_is_the_dockerfiles_default_target_tagged_with_its_key(built: Any, unpacked: tuple[Path, Any]) -> None:
+def test_the_archive_is_the_default_target_tagged_with_its_key(built: Any, unpacked: tuple[Path, Any]) -> None:
     """Given the archive for the current sources, then it is the Dockerfile's last stage and carries one
     reference, kct.dev/kct:<key>, the name `ctr images import` gives it."""
     assert images.IMAGES["kct"].target == DOCKERFILE.stages[-1].name
@@ -82,14 +82,14 @@ def test_image_config_is_what_the_dockerfile_says(unpacked: tuple[Path, Any]) ->
     assert config.env["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
-def test_the_chart_and_the_rendered_receivers_run_as_the_images_user(unpacked: tuple[Path, Any], render: Render) -> None:
-    """Given the chart's Deployment and the receiver Deployments the operator renders, then both run as the
-    image's uid/gid with a read-only root filesystem and a /tmp volume: what these tests run it with."""
+def test_the_chart_and_the_receivers_run_as_the_images_user(unpacked: tuple[Path, Any], render: Render) -> None:
+    """Given the chart's Deployment and the uid the operator renders receiver pods with, then both are the
+    image's user, with a read-only root filesystem and a /tmp volume: what these tests run it with."""
     from kct.render import receiver
 
     _, config = unpacked
     uid, gid = (int(part) for part in config.user.split(":"))
-    assert receiver.RUN_AS_USER == uid
+    assert uid == receiver.RUN_AS_USER
     (deployment,) = [doc for doc in render() if doc["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (uid, gid)
