@@ -3,6 +3,7 @@
     python3 dev/images/images.py build [NAME...]   # build what is missing; prints "ARCHIVE<TAB>REFERENCE"
     python3 dev/images/images.py plan [NAME...]    # the same lines, without building (archives may be absent)
     python3 dev/images/images.py bases             # the local bases, their keys, sizes and packages
+    python3 dev/images/images.py run kct -- kct receiver --help   # a command in the image, as the chart runs it
 
 The Dockerfile's own stages are built (buildah bud), with its `ARG`s for the bases (PYTHON_IMAGE,
 MAVEN_IMAGE) pointed at local Debian bookworm bases (debian_base.py), so what runs on the local node is
@@ -41,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from buildah import Buildah, BuildahError
+from container_run import RunError, run, unpack
 from debian_base import BASES, MAVEN_BASE, PYTHON_BASE, BaseSpec, BootstrapError, bootstrap_rootfs
 from dockerfile import DockerfileError, context_files, parse_dockerfile, stage_context
 
@@ -319,6 +321,16 @@ def _describe_bases() -> None:
         print(f"{spec.reference()}\t{archive}\t{spec.stands_for}\t{state}")
 
 
+def _run_in(name: str, argv: list[str] | None) -> int:
+    (image,) = ensure_images([name])
+    with tempfile.TemporaryDirectory(prefix=f"kct-run-{name}-") as tmp:
+        config = unpack(image.archive, Path(tmp, "rootfs"))
+        proc = run(Path(tmp, "rootfs"), config, argv)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    return proc.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -330,14 +342,21 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("names", nargs="*", metavar="NAME")
     show.add_argument("--json", action="store_true")
     sub.add_parser("bases", help="the local bases: reference, archive, what they stand for, state")
+    execute = sub.add_parser("run", help="run a command in an image (built when missing) with runc, as the "
+                                         "chart runs it: its user, read-only root, writable /tmp, no network")
+    execute.add_argument("name", choices=sorted(IMAGES))
+    execute.add_argument("argv", nargs=argparse.REMAINDER, help="the command (default: the image's own)")
     args = parser.parse_args(argv)
     try:
         if args.command == "bases":
             _describe_bases()
             return 0
+        if args.command == "run":
+            command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+            return _run_in(args.name, command or None)
         images = ensure_images(args.names, rebuild=args.rebuild) if args.command == "build" \
             else [plan(name) for name in args.names or IMAGES]
-    except (ImageError, BootstrapError, BuildahError, DockerfileError) as error:
+    except (ImageError, BootstrapError, BuildahError, DockerfileError, RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if args.json:
