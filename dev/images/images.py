@@ -151,12 +151,12 @@ def _say(message: str) -> None:
 
 def ensure_host_tools() -> None:
     """buildah, mmdebstrap and runc from Debian (apt), when missing; the build needs root anyway."""
+    if os.geteuid() != 0:
+        raise ImageError("building images needs root (mmdebstrap --mode=root, buildah on its own storage, "
+                         "apt-get for the tools); run `make images` as root")
     missing = [package for binary, package in HOST_TOOLS.items() if shutil.which(binary) is None]
     if not missing:
         return
-    if os.geteuid() != 0:
-        raise ImageError(f"{', '.join(missing)} missing, and installing them (apt-get) and running buildah "
-                         "need root; run `make images` as root, or install them with apt-get first")
     _say(f"==> apt-get install {' '.join(missing)} (Debian packages for building images)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for argv in (["apt-get", "update", "-qq"],
