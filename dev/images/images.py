@@ -183,7 +183,7 @@ def ensure_base(spec: BaseSpec) -> str:
         buildah.load(archive, reference)
         return reference
     archive.parent.mkdir(parents=True, exist_ok=True)
-    log = cache_root() / "logs" / f"base-{spec.name}-{spec.key()}.log"
+    log = cache_root() / "logs" / f"{archive.stem}.log"
     log.unlink(missing_ok=True)
     _say(f"==> base {reference} (mmdebstrap {spec.suite} + {', '.join(spec.packages)}), log: {log}")
     started, cpu = time.monotonic(), _children_cpu()
@@ -292,6 +292,7 @@ def _prune(folder: Path, prefix: str, *, keep: set[Path]) -> None:
     for old in [p for p in archives if p not in keep][max(0, KEEP_ARCHIVES - len(keep)):]:
         old.unlink(missing_ok=True)
         old.with_suffix(".json").unlink(missing_ok=True)
+        (cache_root() / "logs" / f"{old.stem}.log").unlink(missing_ok=True)
 
 
 def ensure_images(names: Sequence[str] | None = None, *, rebuild: bool = False) -> list[BuiltImage]:
