@@ -7,8 +7,9 @@
 #   docker build --target plugin -o out .            out/kct-telemetry-plugin.jar, for broker images
 #                                                    (also in the runtime image at /opt/kct/share/)
 #
-# Bases are pinned by exact tag. Pin digests too when you publish (`FROM image:tag@sha256:...`); the
-# tests lint this file with hadolint (dev/tools) and run each RUN command outside Docker.
+# Bases are pinned by exact tag. Pin digests too when you publish (`FROM image:tag@sha256:...`).
+# Without Docker, `make images` builds the default target from this file with buildah, on local Debian
+# bookworm bases passed as PYTHON_IMAGE and MAVEN_IMAGE (dev/images/); the tests run that image.
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 ARG MAVEN_IMAGE=maven:3.9.11-eclipse-temurin-17
@@ -20,7 +21,9 @@ ARG SPARK_VERSION=4.1.1
 FROM ${MAVEN_IMAGE} AS plugin-build
 WORKDIR /src
 COPY plugin/ ./
-RUN mvn -B -q -DskipTests package && cp target/kct-telemetry-plugin-*.jar /kct-telemetry-plugin.jar
+# The cache mount keeps Maven's downloads between builds and out of every layer.
+RUN --mount=type=cache,target=/root/.m2 \
+    mvn -B -q -DskipTests package && cp target/kct-telemetry-plugin-*.jar /kct-telemetry-plugin.jar
 
 FROM scratch AS plugin
 COPY --from=plugin-build /kct-telemetry-plugin.jar /
@@ -52,10 +55,14 @@ FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-RUN python -m venv /opt/kct && /opt/kct/bin/pip install --no-cache-dir .
+# pip's cache lives in a cache mount: rebuilds after a source change reuse the wheels, the image holds none.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python -m venv /opt/kct && /opt/kct/bin/pip install .
 
 FROM ${PYTHON_IMAGE} AS runtime
-RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin kct
+# uid and gid 10001, the ids the chart and the rendered receiver pods run as (a system group would get a low gid).
+RUN groupadd --system --gid 10001 kct \
+    && useradd --system --uid 10001 --gid kct --no-create-home --shell /usr/sbin/nologin kct
 COPY --from=build /opt/kct /opt/kct
 COPY --from=plugin-build /kct-telemetry-plugin.jar /opt/kct/share/kct-telemetry-plugin.jar
 # No bytecode writes: the chart runs this image with a read-only root filesystem (pip precompiled it).

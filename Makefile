@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint plugin-test pytest test unit stack-up stack-down stack-status demo bench manifests tools clean
+.PHONY: help venv lint plugin-test images pytest test unit stack-up stack-down stack-status demo bench manifests tools clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,16 +30,21 @@ lint: venv  ## ruff and mypy --strict
 	$(VENV)/bin/mypy --strict dev/stack
 	$(VENV)/bin/mypy --strict dev/spark-deps/install.py
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
+	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
 	MYPYPATH=dev/demo:operator $(VENV)/bin/mypy --strict dev/demo bench/run_all.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 
 plugin-test:  ## the broker plugin's JUnit tests (Maven)
 	cd plugin && mvn -B --no-transfer-progress test
 
-pytest: venv  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
+images:  ## build the container images from the Dockerfile without Docker (buildah, local Debian bases; ~/.cache/kct/images)
+	$(PYTHON) dev/images/images.py build
+
+# The image tests read the archive `make images` writes: building it (downloads) happens here, not in a test.
+pytest: venv images  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-unit: venv  ## only the tests that need no server
+unit: venv images  ## only the tests that need no server
 	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
 
 test: lint plugin-test pytest  ## everything CI runs: lint, JUnit, pytest (the README's test command)
