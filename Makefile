@@ -24,8 +24,9 @@ $(INSTALLED): pyproject.toml
 
 venv: $(INSTALLED)  ## create or update .venv
 
-lint: venv  ## ruff and mypy --strict
+lint: venv  ## ruff, import-linter's layer contracts, mypy --strict, hadolint
 	$(VENV)/bin/ruff check operator tests bench dev
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict dev/stack
 	$(VENV)/bin/mypy --strict dev/spark-deps/install.py
