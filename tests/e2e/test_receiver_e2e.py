@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 import pytest
 from helpers import wait_for_client_metrics
+from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
 
@@ -213,7 +214,7 @@ def test_real_chain_librdkafka_broker_plugin_receiver_topic(stack: Any, run_rece
 
     endpoint = urlparse(stack.telemetry_endpoint)
     if endpoint.hostname not in ("127.0.0.1", "localhost") or endpoint.port is None:
-        pytest.skip(f"telemetry endpoint {stack.telemetry_endpoint} is not a local port")
+        missing_precondition(f"telemetry endpoint {stack.telemetry_endpoint} is not a local port")
     topic = f"kct-e2e-chain-{uuid.uuid4().hex[:8]}"
     _create_topic(stack.kafka_bootstrap, topic)
     subscription = f"kct-e2e-{uuid.uuid4().hex[:8]}"

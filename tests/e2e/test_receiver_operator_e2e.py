@@ -1,5 +1,5 @@
 """TelemetryReceiver end to end: real API server and controller manager, real broker, `kct operator` as a
-subprocess, and the spark-operator's real CRDs (from /work/shared/reference/spark-operator/).
+subprocess, and the spark-operator's real CRDs (from its Go module: dev/stack/spark_operator.py).
 
 Tried as a new user would: `kubectl apply -f examples/telemetryreceiver.yaml` makes the Deployment (and the
 controller manager its ReplicaSet), Service, ConfigMap, Secret, PDB, HPA and SparkApplication, and the topic
@@ -12,8 +12,8 @@ False with reason RolloutInProgress, which the tests check is what status says.
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 import yaml
 from helpers import KCT, REPO, Kubectl, OperatorProcess, eventually, free_port, unique
+from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
 
-SPARK_CRDS = Path(os.environ.get("KCT_SPARK_OPERATOR_CRDS", "/work/shared/reference/spark-operator"))
+SPARK_OPERATOR = REPO / "dev" / "stack" / "spark_operator.py"
 EXAMPLE = REPO / "examples" / "telemetryreceiver.yaml"
 RESYNC_SECONDS = 3
 
@@ -64,9 +65,11 @@ def kubectl(stack: Any) -> Kubectl:
 
 @pytest.fixture(scope="module")
 def spark_crds(kubectl: Kubectl) -> None:
-    if not SPARK_CRDS.is_dir():
-        pytest.skip(f"the spark-operator reference CRDs are not at {SPARK_CRDS} (set KCT_SPARK_OPERATOR_CRDS)")
-    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(SPARK_CRDS))
+    """The spark-operator's CRDs, installed into the cluster (fetched from its Go module; cached by stack-up)."""
+    found = subprocess.run([sys.executable, str(SPARK_OPERATOR), "path"], capture_output=True, text=True, check=False)
+    if found.returncode != 0:
+        missing_precondition(f"the spark-operator's CRDs cannot be fetched: {found.stderr.strip()[-2000:]}")
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", found.stdout.strip())
     kubectl.wait_established(
         "crd/sparkapplications.sparkoperator.k8s.io", "crd/scheduledsparkapplications.sparkoperator.k8s.io"
     )

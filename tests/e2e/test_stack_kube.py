@@ -20,6 +20,7 @@ import pytest
 from helpers import eventually
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
 
@@ -199,7 +200,7 @@ def test_up_again_reuses_the_running_stack(stack: Any) -> None:
     Then it returns the same kubeconfig without starting new processes, and status shows all running."""
     state = Path(stack.kubeconfig).resolve().parent
     if not stack.local or not (state / "pids" / f"{kube.APISERVER}.pid").exists():
-        pytest.skip("the stack's kubeconfig does not live in the kube state dir")
+        missing_precondition("the stack's kubeconfig does not live in the kube state dir")
     pids_before = {n: (state / "pids" / f"{n}.pid").read_text() for n in kube.COMPONENTS}
 
     env = kube.up(state)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 from helpers import KCT, REPO, Kubectl, OperatorProcess, eventually, unique
+from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
 
@@ -344,7 +345,7 @@ def test_only_the_matching_client_pushes(stack: Any, kubectl: Kubectl, broker: B
     try:
         server = ThreadingHTTPServer((endpoint.hostname or "127.0.0.1", endpoint.port or 4318), _PushRecorder)
     except OSError as error:
-        pytest.skip(f"telemetry endpoint {stack.telemetry_endpoint} is in use ({error})")
+        missing_precondition(f"telemetry endpoint {stack.telemetry_endpoint} is in use ({error})")
     _PushRecorder.pushes = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     wanted, other = unique("kct-e2e-wanted"), unique("kct-e2e-other")
@@ -353,7 +354,7 @@ def test_only_the_matching_client_pushes(stack: Any, kubectl: Kubectl, broker: B
     try:
         foreign = [n for n in broker.names() if broker.may_match(n, other)]
         if foreign:
-            pytest.skip(f"subscriptions {foreign} on the broker (not ours) could make {other} push too")
+            missing_precondition(f"subscriptions {foreign} on the broker (not ours) could make {other} push too")
         kubectl.apply(manifest(namespace, name, metrics=["*"], intervalMs=1000, match={"clientId": wanted}))
         kubectl.run("wait", f"cms/{name}", "-n", namespace, "--for=condition=Ready", "--timeout=60s")
         producers = [Producer({"bootstrap.servers": stack.kafka_bootstrap, "client.id": cid})

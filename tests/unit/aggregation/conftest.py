@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from preconditions import require_module
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+require_module("pyspark", "the aggregation runs on Spark (the test extras install it)")
+require_module("pyarrow", "the Kafka source hands Spark Arrow batches (the test extras install it)")
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from preconditions import missing_precondition
 
 from kct.aggregation.decode import RAW_SCHEMA_DDL, decode_push, jvm_points
 from kct.aggregation.job import decode_records, decoder_jar, register_jvm_decoder
@@ -33,7 +34,7 @@ def jvm_decoder(spark: Any) -> Any:
     jar = decoder_jar()
     if jar is None:
         if shutil.which("mvn") is None:
-            pytest.skip("the OTLP decoder jar is not built and mvn is not available")
+            missing_precondition("the OTLP decoder jar is not built and mvn is not available")
         subprocess.run([sys.executable, str(REPO / "dev" / "spark-deps" / "install.py"), "--decoder-only"],
                        check=True, capture_output=True)
         jar = decoder_jar()

@@ -1,13 +1,13 @@
-"""Helpers for the image tests: the dev/images modules and the CI rule for missing preconditions."""
+"""Helpers for the image tests: the dev/images modules (and, re-exported, `missing_precondition`)."""
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
-from typing import NoReturn
 
-import pytest
 from chart_support import REPO, load_script
+from preconditions import missing_precondition
+
+__all__ = ["dev_images", "images_module", "missing_precondition"]
 
 IMAGES_DIR = REPO / "dev" / "images"
 
@@ -22,9 +22,3 @@ def dev_images(name: str) -> ModuleType:
     images_module()
     return load_script(IMAGES_DIR / f"{name}.py")
 
-
-def missing_precondition(what: str) -> NoReturn:
-    """A test that cannot run here: in CI (`CI=true`) that fails; elsewhere it skips, saying what is missing."""
-    if os.environ.get("CI", "").lower() in {"true", "1", "yes"}:
-        pytest.fail(f"precondition missing in CI: {what}")
-    pytest.skip(what)

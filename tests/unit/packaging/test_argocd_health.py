@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 import yaml
+from preconditions import require_module
 
 REPO = Path(__file__).resolve().parents[3]
 ARGOCD = REPO / "deploy" / "argocd"
 KINDS = ("ClientMetricsSubscription", "TelemetryReceiver")
 GROUP = "telemetry.kct.dev"
 
-lua51 = pytest.importorskip("lupa.lua51")
+lua51: Any = require_module("lupa.lua51", "Argo CD runs the health checks in Lua 5.1 (lupa, a test extra)")
 
 
 def _to_lua(runtime: Any, value: Any) -> Any:

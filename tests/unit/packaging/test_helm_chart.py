@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_support import CHART, REPO, Render, helm_template, load_script
+from preconditions import require_module
 
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 SCHEMA_VERSION = "1.36"
@@ -48,7 +49,7 @@ def test_helm_lint_passes(helm: Path, values: Path | None) -> None:
 def test_rendered_objects_validate_against_kubernetes_schemas(render: Render, values: Path | None) -> None:
     """Given a CI values file, when the chart is rendered with its CRDs, then every built-in object is valid
     for Kubernetes 1.36 (strict: unknown fields fail) and every CRD is a valid CustomResourceDefinition."""
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    kubernetes_validate: Any = require_module("kubernetes_validate", "it holds the Kubernetes schemas (a test extra)")
     objects = render("--include-crds", values=[values] if values else [])
     assert objects
     errors = []
@@ -301,7 +302,7 @@ def test_tools_module_pins_versions(tools: ModuleType) -> None:
 def test_gitops_examples_use_valid_chart_values() -> None:
     """Given the Argo CD Application and Flux HelmRelease examples, then the values they pass to the chart
     satisfy its values schema, and they point at the chart's path."""
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema: Any = require_module("jsonschema", "it checks values against the chart's schema")
     schema = json.loads((CHART / "values.schema.json").read_text())
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     gitops = REPO / "deploy" / "gitops"

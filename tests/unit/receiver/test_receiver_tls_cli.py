@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from conftest import PROTOBUF, ReceiverFactory, base_config, make_request
+from preconditions import missing_precondition
 
 from kct.receiver.quota import QuotaLevel
 
@@ -23,7 +24,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 def pki(tmp_path: Path) -> Path:
     """A CA, a server certificate for 127.0.0.1 and a client certificate with CN=alice, all signed by it."""
     if shutil.which("openssl") is None:
-        pytest.skip("openssl not installed")
+        missing_precondition("openssl is not installed (it makes the test PKI)")
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
              "-days", "1", "-subj", "/CN=kct-test-ca", cwd=tmp_path)
     (tmp_path / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
