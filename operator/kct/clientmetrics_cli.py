@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from kct.api.crds import CLIENT_METRICS_SUBSCRIPTION
 from kct.api.subscription import MATCH_SELECTOR_KEYS, ClientMetricsSubscriptionSpec, effective_subscription_name
-from kct.controller.subscription import format_validation_error
+from kct.controller.kernel import format_validation_error
 from kct.kafka.clientmetrics import parse_configs
 from kct.kafka.errors import KafkaAdminError
 from kct.kafka.port import ClientMetricsAdmin

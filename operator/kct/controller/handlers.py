@@ -22,9 +22,9 @@ import kopf
 
 from kct.api.crds import GROUP, VERSION
 from kct.controller.kafka_clients import AdminPool
+from kct.controller.kernel import Outcome
 from kct.controller.subscription import (
     Claim,
-    Outcome,
     SubscriptionResource,
     delete_subscription,
     reconcile_subscription,

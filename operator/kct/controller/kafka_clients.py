@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kct.api.subscription import KafkaConnection
-from kct.controller.subscription import ConnectionProblem
+from kct.controller.kernel import ConnectionProblem
 from kct.kafka.port import ClientMetricsAdmin
 
 __all__ = [

@@ -1,11 +1,14 @@
 """Reconciling one TelemetryReceiver, without kopf.
 
-`reconcile_receiver` reads top to bottom: pause? -> parse the spec -> resolve the cluster and the
-token -> build the desired children (pure, `kct.render`) -> server-side apply each -> prune children
-no longer desired -> the output topic through the Admin API (partitions only grow) -> status. It is a
-plain blocking function over two ports (`ChildrenClient` for Kubernetes, `TopicAdmin` for Kafka), so
-unit tests drive it with in-memory fakes, and the kopf handlers (`kct.controller.receiver_handlers`)
-run it in a thread and only translate its `Outcome` into a status patch, events and retries.
+`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_token`
+-> `plan_receiver` (pure: the desired children, rendered once by `kct.render`) -> `apply_children`
+(server-side, forced) -> `prune_children` (ours, owned, no longer desired) -> `sync_topic` (through the
+Admin API; partitions only grow) -> status, validated by the `TelemetryReceiverStatus` model before it is
+written. A step that cannot go on raises `StopReconcile`, which becomes Ready=False with its reason. The
+function is plain and blocking over two ports (`ChildrenClient` for Kubernetes, `TopicAdmin` for Kafka), so
+unit tests drive each step and the whole with in-memory fakes, and the kopf handlers
+(`kct.controller.receiver_handlers`) run it in a thread and only translate its `Outcome` into a status
+patch, events and retries.
 
 Ready is True only when the Deployment reports every wanted pod available *and* the topic exists.
 On a cluster without nodes (the local stack), pods never start, so Ready stays False with reason
@@ -21,12 +24,13 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pydantic import ValidationError
 
-from kct.api.receiver import TelemetryReceiverSpec, parse_receiver_spec
+from kct.api.receiver import TelemetryReceiverSpec, TelemetryReceiverStatus, parse_receiver_spec
 from kct.api.subscription import KafkaConnection
 from kct.controller.children import ApplyRefused, ChildrenClient, KindNotInstalled
 from kct.controller.conditions import (
@@ -37,40 +41,69 @@ from kct.controller.conditions import (
     remove_condition,
     set_condition,
 )
+from kct.controller.kernel import ConnectionProblem, Event, Outcome, backoff, format_validation_error
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
-from kct.controller.subscription import (
-    ConnectionProblem,
-    Event,
-    Outcome,
-    format_validation_error,
-)
 from kct.kafka.errors import (
     InvalidClientMetricsConfigError,
     KafkaAdminError,
     KafkaNotAuthorizedError,
     KafkaUnreachableError,
 )
-from kct.kafka.topics import TopicAdmin, TopicState, plan_topic
+from kct.kafka.topics import TopicAdmin, TopicPlan, TopicState, plan_topic
 from kct.render import CHILD_KINDS, render_children
-from kct.render.names import ChildNames, owned_selector
-from kct.render.params import ReceiverParams, receiver_config
-from kct.render.receiver import pod_config_hash
+from kct.render.names import CONFIG_HASH_ANNOTATION, ChildNames, owned_selector
+from kct.render.params import ReceiverParams
 
 __all__ = [
+    "AppliedChildren",
+    "ReceiverPlan",
     "ReceiverResource",
+    "StopReconcile",
     "TopicAdminFactory",
+    "TopicResult",
+    "apply_children",
     "delete_receiver",
+    "parse_spec",
+    "plan_receiver",
+    "prune_children",
     "reconcile_receiver",
+    "resolve_token",
+    "sync_topic",
     "topic_configs",
 ]
 
 # (connection from the spec or None for the default cluster, namespace) -> admin of that cluster
 TopicAdminFactory = Callable[[KafkaConnection | None, str], TopicAdmin]
 SPARK_KINDS: Final = frozenset({"SparkApplication", "ScheduledSparkApplication"})
+KAFKA_SLOWDOWN: Final = 5.0
+"""Backoff multiplier for problems a quick retry will not fix (a bad connection, a refused topic)."""
 
 
 class ReceiverResource(ResourceView):
     """The parts of a TelemetryReceiver body that reconciliation reads."""
+
+
+class StopReconcile(Exception):
+    """A step cannot go on: Ready=False with `reason` and `message`.
+
+    `retry_scale` multiplies the backoff base (None: do not retry, the spec must change first); `warn`
+    posts a Warning event when the problem is new; `topic_condition` also sets TopicReady=False."""
+
+    def __init__(
+        self,
+        reason: Reason,
+        message: str,
+        *,
+        retry_scale: float | None = None,
+        warn: bool = True,
+        topic_condition: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.retry_scale = retry_scale
+        self.warn = warn
+        self.topic_condition = topic_condition
 
 
 def topic_configs(spec: TelemetryReceiverSpec) -> dict[str, str]:
@@ -81,8 +114,65 @@ def topic_configs(spec: TelemetryReceiverSpec) -> dict[str, str]:
     return configs
 
 
-def _backoff(retry: int, base: float, maximum: float) -> float:
-    return float(min(maximum, base * (2 ** min(retry, 16))))
+# ----------------------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class ReceiverPlan:
+    """Everything one reconcile wants, decided once before any write: the parsed spec, the cluster and
+    the rendered children. The rest of the reconcile reads its decisions (replicas, config hash) from
+    here instead of deciding again."""
+
+    params: ReceiverParams
+    children: tuple[dict[str, Any], ...]
+
+    @property
+    def spec(self) -> TelemetryReceiverSpec:
+        return self.params.spec
+
+    @property
+    def bootstrap(self) -> str:
+        return self.params.bootstrap_servers
+
+    @property
+    def names(self) -> ChildNames:
+        return self.params.names
+
+    @property
+    def wanted(self) -> frozenset[tuple[str, str]]:
+        """(kind, name) of every desired child: what pruning keeps."""
+        return frozenset((str(m["kind"]), str(m["metadata"]["name"])) for m in self.children)
+
+    def manifest(self, kind: str) -> Mapping[str, Any]:
+        return next((m for m in self.children if m["kind"] == kind), {})
+
+    @property
+    def wanted_replicas(self) -> int | None:
+        """The Deployment's replicas as rendered; None when the HorizontalPodAutoscaler owns the count."""
+        replicas = (self.manifest("Deployment").get("spec") or {}).get("replicas")
+        return int(replicas) if replicas is not None else None
+
+    @property
+    def config_hash(self) -> str:
+        """The hash the pods carry (their template's annotation), so status shows what rolled them."""
+        template = (self.manifest("Deployment").get("spec") or {}).get("template") or {}
+        return str(((template.get("metadata") or {}).get("annotations") or {}).get(CONFIG_HASH_ANNOTATION, ""))
+
+
+def parse_spec(resource: ReceiverResource, default_bootstrap: str | None) -> tuple[TelemetryReceiverSpec, str]:
+    """The spec as a strict model, and the output topic's cluster (spec.kafka or the operator's default).
+    The API server checked the schema and CEL rules; the models check the rest."""
+    try:
+        spec = parse_receiver_spec(dict(resource.spec))
+    except ValidationError as error:
+        raise StopReconcile(Reason.INVALID_SPEC, f"{format_validation_error(error)}; nothing was applied") from None
+    bootstrap = spec.kafka.bootstrap_servers if spec.kafka is not None else default_bootstrap
+    if not bootstrap:
+        raise StopReconcile(
+            Reason.KAFKA_CONNECTION_INVALID,
+            "spec.kafka: not set and the operator has no default cluster (set KAFKA_BOOTSTRAP_SERVERS)",
+        )
+    return spec, bootstrap
 
 
 def _existing_token(children: ChildrenClient, namespace: str, name: str) -> str | None:
@@ -94,6 +184,81 @@ def _existing_token(children: ChildrenClient, namespace: str, name: str) -> str 
         return base64.b64decode(encoded).decode()
     except ValueError:
         return None
+
+
+def resolve_token(
+    resource: ReceiverResource,
+    spec: TelemetryReceiverSpec,
+    children: ChildrenClient,
+    new_token: Callable[[], str],
+) -> str | None:
+    """The push token of the generated Secret (kept across reconciles, made once); None when auth is off
+    or the user names their own Secret."""
+    auth = spec.receiver.auth
+    if not auth.enabled or auth.token_secret_ref is not None:
+        return None
+    try:
+        return _existing_token(children, resource.namespace, ChildNames(resource.name).token_secret) or new_token()
+    except ApplyRefused as error:
+        raise StopReconcile(Reason.APPLY_FAILED, str(error), retry_scale=1.0) from None
+
+
+def plan_receiver(
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None
+) -> ReceiverPlan:
+    """The desired children, rendered once (pure: no I/O)."""
+    params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token)
+    try:
+        children = tuple(render_children(params))
+    except ValueError as error:  # a setting the receiver's own config model refuses
+        raise StopReconcile(Reason.INVALID_SPEC, f"{error}; nothing was applied") from None
+    return ReceiverPlan(params, children)
+
+
+# ---------------------------------------------------------------------------------- children
+
+
+@dataclass(frozen=True)
+class AppliedChildren:
+    """The children as the API server returned them, by kind; whether the spark-operator's CRDs are absent."""
+
+    bodies: dict[str, dict[str, Any]]
+    spark_missing: bool = False
+
+
+def apply_children(plan: ReceiverPlan, children: ChildrenClient) -> AppliedChildren:
+    """Server-side apply every desired child, forced: drift on our fields is reverted. A missing
+    spark-operator only skips the Spark objects; anything else refused stops the reconcile."""
+    bodies: dict[str, dict[str, Any]] = {}
+    spark_missing = False
+    for manifest in plan.children:
+        kind = str(manifest["kind"])
+        try:
+            bodies[kind] = children.apply(manifest)
+        except KindNotInstalled as error:
+            if kind not in SPARK_KINDS:
+                raise StopReconcile(Reason.APPLY_FAILED, str(error), retry_scale=1.0) from None
+            spark_missing = True
+        except ApplyRefused as error:
+            raise StopReconcile(Reason.APPLY_FAILED, str(error), retry_scale=1.0) from None
+    return AppliedChildren(bodies, spark_missing)
+
+
+def prune_children(resource: ReceiverResource, plan: ReceiverPlan, children: ChildrenClient) -> list[Event]:
+    """Delete what carries our labels, is owned by this resource, and is no longer desired."""
+    events: list[Event] = []
+    wanted = plan.wanted
+    selector = owned_selector(resource.name)
+    for api_version, kind in CHILD_KINDS:
+        try:
+            found = children.list(api_version, kind, resource.namespace, selector)
+        except KindNotInstalled:
+            continue
+        for child in found:
+            if child.key not in wanted and resource.uid in child.owner_uids:
+                children.delete(api_version, kind, resource.namespace, child.name)
+                events.append(Event("Normal", "Pruned", f"deleted {kind} {child.name}: no longer in the spec"))
+    return events
 
 
 def _deployment_progress(deployment: Mapping[str, Any], want: int | None) -> tuple[bool, int, int, str]:
@@ -121,6 +286,182 @@ def _deployment_progress(deployment: Mapping[str, Any], want: int | None) -> tup
     return available, replicas, ready, message
 
 
+# ------------------------------------------------------------------------------------- topic
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """The topic after `sync_topic`: its partitions, what the plan was, and what to tell the user."""
+
+    partitions: int
+    plan: TopicPlan
+    events: tuple[Event, ...] = ()
+
+
+def _kafka_stop(error: KafkaAdminError, bootstrap: str) -> StopReconcile:
+    reason = {
+        KafkaUnreachableError: Reason.KAFKA_UNREACHABLE,
+        KafkaNotAuthorizedError: Reason.KAFKA_NOT_AUTHORIZED,
+    }.get(type(error), Reason.KAFKA_ERROR)
+    scale = KAFKA_SLOWDOWN if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
+    # No Warning event: an outage is reported in status and retried, not announced on every try.
+    return StopReconcile(
+        reason, f"{reason}: {bootstrap}: {error}", retry_scale=scale, warn=False, topic_condition=True
+    )
+
+
+def sync_topic(plan: ReceiverPlan, admin_for: TopicAdminFactory, namespace: str) -> TopicResult:
+    """Create the topic, grow its partitions and converge its configs; never shrink it."""
+    topic = plan.spec.topic
+    configs = topic_configs(plan.spec)
+    events: list[Event] = []
+    try:
+        admin = admin_for(plan.spec.kafka, namespace)
+        actual = admin.describe_topic(topic.name)
+        topic_plan = plan_topic(topic.partitions, configs, actual)
+        if topic_plan.create:
+            admin.create_topic(topic.name, topic.partitions, topic.replication_factor, configs)
+            message = f"created topic {topic.name!r} with {topic.partitions} partitions on {plan.bootstrap}"
+            events.append(Event("Normal", "TopicCreated", message))
+        if topic_plan.grow_to is not None:
+            admin.grow_partitions(topic.name, topic_plan.grow_to)
+            message = f"topic {topic.name!r} grown to {topic_plan.grow_to} partitions"
+            events.append(Event("Normal", "PartitionsAdded", message))
+        if topic_plan.set_configs:
+            admin.alter_topic_configs(topic.name, topic_plan.set_configs)
+        if topic_plan.changes:
+            actual = admin.describe_topic(topic.name) or TopicState(topic.name, topic.partitions, 0)
+    except ConnectionProblem as error:
+        raise StopReconcile(
+            Reason.KAFKA_CONNECTION_INVALID, f"spec.kafka: {error}", retry_scale=KAFKA_SLOWDOWN
+        ) from None
+    except InvalidClientMetricsConfigError as error:
+        message = f"spec.topic: the broker refused topic {topic.name!r}: {error}"
+        raise StopReconcile(
+            Reason.KAFKA_REJECTED, message, retry_scale=KAFKA_SLOWDOWN, topic_condition=True
+        ) from None
+    except KafkaAdminError as error:
+        raise _kafka_stop(error, plan.bootstrap) from None
+    partitions = actual.partitions if actual is not None else 0
+    return TopicResult(partitions, topic_plan, tuple(events))
+
+
+# ------------------------------------------------------------------------------------ status
+
+
+@dataclass
+class _Conditions:
+    """The resource's conditions as this reconcile updates them (lastTransitionTime kept when unchanged)."""
+
+    items: list[dict[str, Any]]
+    generation: int
+    now: dt.datetime | None
+    previous: Mapping[str, Any] = field(default_factory=dict)
+
+    def set(self, type_: str, ok: bool, reason: Reason, message: str) -> None:
+        self.items = set_condition(
+            self.items, type_, ok, reason, message, observed_generation=self.generation, now=self.now
+        )
+
+    def remove(self, type_: str) -> None:
+        self.items = remove_condition(self.items, type_)
+
+    def is_new(self, type_: str, reason: Reason, message: str) -> bool:
+        found = find_condition(self.items, type_) or {}
+        return (found.get("reason"), found.get("message")) != (str(reason), message)
+
+
+def _status(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The status patch, checked against the CRD's status model (a field the schema lacks is a bug here,
+    not something for the API server to prune silently)."""
+    return TelemetryReceiverStatus.model_validate(dict(fields)).to_kube()
+
+
+def _stopped(stop: StopReconcile, conditions: _Conditions, status: Mapping[str, Any], events: Iterable[Event],
+             retry_after: Callable[[float], float]) -> Outcome:
+    """Ready=False for the step that stopped; one Warning event per new problem, not one per resync."""
+    news = conditions.is_new(ConditionType.READY, stop.reason, stop.message)
+    if stop.topic_condition:
+        conditions.set(ConditionType.TOPIC_READY, False, stop.reason, stop.message)
+    conditions.set(ConditionType.READY, False, stop.reason, stop.message)
+    warning = (Event("Warning", stop.reason, stop.message),) if stop.warn and news else ()
+    return Outcome(
+        _status({**status, "conditions": conditions.items}),
+        events=(*events, *warning),
+        retry_after=retry_after(stop.retry_scale) if stop.retry_scale is not None else None,
+        error=stop.message,
+    )
+
+
+def _aggregation_condition(plan: ReceiverPlan, spark_missing: bool, conditions: _Conditions) -> None:
+    aggregation = plan.spec.aggregation
+    if aggregation is None or not aggregation.enabled:
+        conditions.remove(ConditionType.AGGREGATION_READY)
+    elif spark_missing:
+        conditions.set(
+            ConditionType.AGGREGATION_READY,
+            False,
+            Reason.SPARK_OPERATOR_MISSING,
+            "spec.aggregation: the sparkoperator.k8s.io/v1beta2 CRDs are not installed; install the kubeflow "
+            "spark-operator and the aggregation is deployed on the next resync",
+        )
+    else:
+        kind = "SparkApplication" if aggregation.mode == "streaming" else "ScheduledSparkApplication"
+        message = f"{kind} {plan.names.aggregation} applied"
+        conditions.set(ConditionType.AGGREGATION_READY, True, Reason.RECONCILED, message)
+
+
+def _children_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str, Any]:
+    _, replicas, ready_replicas, _ = _deployment_progress(applied.bodies.get("Deployment", {}), plan.wanted_replicas)
+    fields: dict[str, Any] = {
+        "replicas": replicas,
+        "readyReplicas": ready_replicas,
+        "endpoint": plan.params.endpoint,
+        "configHash": plan.config_hash,
+        "children": [f"{m['kind']}/{m['metadata']['name']}" for m in plan.children if m["kind"] in applied.bodies],
+    }
+    ref = plan.params.token_ref
+    if ref is not None:
+        fields["tokenSecret"] = f"{ref.name}/{ref.key}"
+    return fields
+
+
+def _topic_conditions(plan: ReceiverPlan, topic: TopicResult, conditions: _Conditions) -> list[Event]:
+    """TopicReady and PartitionsShrinkRefused (warned once, not on every resync)."""
+    spec_topic = plan.spec.topic
+    message = f"topic {spec_topic.name!r} has {topic.partitions} partitions on {plan.bootstrap}"
+    conditions.set(ConditionType.TOPIC_READY, True, Reason.RECONCILED, message)
+    if topic.plan.shrink_refused is None:
+        message = f"spec.topic.partitions: {spec_topic.partitions} is in effect"
+        conditions.set(ConditionType.PARTITIONS_SHRINK_REFUSED, False, Reason.PARTITIONS_MATCH, message)
+        return []
+    has, asked = topic.plan.shrink_refused
+    message = (
+        f"spec.topic.partitions: {asked} is below the topic's {has} partitions; Kafka cannot remove "
+        f"partitions, so the topic keeps {has} (recreate the topic to shrink it)"
+    )
+    previous = find_condition(conditions.items, ConditionType.PARTITIONS_SHRINK_REFUSED)
+    warn = previous is None or previous.get("status") != "True"
+    conditions.set(ConditionType.PARTITIONS_SHRINK_REFUSED, True, Reason.PARTITIONS_SHRINK_REFUSED, message)
+    return [Event("Warning", Reason.PARTITIONS_SHRINK_REFUSED, message)] if warn else []
+
+
+def _ready_condition(plan: ReceiverPlan, applied: AppliedChildren, conditions: _Conditions) -> None:
+    """Ready: the Deployment has every wanted pod available and the topic is present."""
+    available, _, _, rollout = _deployment_progress(applied.bodies.get("Deployment", {}), plan.wanted_replicas)
+    deployment = plan.names.receiver
+    if available:
+        message = (
+            f"Deployment {deployment}: {rollout}; topic {plan.spec.topic.name!r} ready; endpoint {plan.params.endpoint}"
+        )
+        conditions.set(ConditionType.READY, True, Reason.RECONCILED, message)
+    else:
+        conditions.set(ConditionType.READY, False, Reason.ROLLOUT_IN_PROGRESS, f"Deployment {deployment}: {rollout}")
+
+
+# --------------------------------------------------------------------------------- reconcile
+
+
 def reconcile_receiver(
     resource: ReceiverResource,
     children: ChildrenClient,
@@ -134,211 +475,42 @@ def reconcile_receiver(
     new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
 ) -> Outcome:
     """Make the children and the topic follow `resource`'s spec, and say how far that got."""
-    generation = resource.generation
-    names = ChildNames(resource.name)
-    conditions: list[dict[str, Any]] = list(resource.status.get("conditions") or [])
-    status: dict[str, Any] = {"observedGeneration": generation}
+    conditions = _Conditions(list(resource.status.get("conditions") or []), resource.generation, now)
+    if resource.paused:
+        message = f"annotation {PAUSE_ANNOTATION}=true: children and topic are left alone"
+        conditions.set(ConditionType.RECONCILIATION_PAUSED, True, Reason.PAUSED, message)
+        # The pause is not a new observation of the spec: observedGeneration stays where it was.
+        return Outcome(_status({"conditions": conditions.items}))
+    conditions.remove(ConditionType.RECONCILIATION_PAUSED)
+    status: dict[str, Any] = {"observedGeneration": resource.generation}
     events: list[Event] = []
 
-    def condition(type_: str, ok: bool, reason: Reason, message: str) -> None:
-        nonlocal conditions
-        conditions = set_condition(conditions, type_, ok, reason, message, observed_generation=generation, now=now)
+    def retry_in(scale: float) -> float:
+        return backoff(retry, backoff_base * scale, backoff_max)
 
-    def failed(reason: Reason, message: str, *, retry_after: float | None, warn: bool = True) -> Outcome:
-        previous = find_condition(conditions, ConditionType.READY) or {}
-        news = (previous.get("reason"), previous.get("message")) != (str(reason), message)
-        condition(ConditionType.READY, False, reason, message)
-        status["conditions"] = conditions
-        # One Warning event per new problem, not one per resync.
-        posted = (*events, Event("Warning", reason, message)) if warn and news else tuple(events)
-        return Outcome(status, events=posted, retry_after=retry_after, error=message)
-
-    if resource.paused:
-        condition(
-            ConditionType.RECONCILIATION_PAUSED,
-            True,
-            Reason.PAUSED,
-            f"annotation {PAUSE_ANNOTATION}=true: children and topic are left alone",
-        )
-        return Outcome({"conditions": conditions})
-    conditions = remove_condition(conditions, ConditionType.RECONCILIATION_PAUSED)
-
-    # 1. Parse: the API server checked the schema and CEL rules; the models check the rest.
     try:
-        spec = parse_receiver_spec(dict(resource.spec))
-    except ValidationError as error:
-        return failed(Reason.INVALID_SPEC, f"{format_validation_error(error)}; nothing was applied", retry_after=None)
-    bootstrap = spec.kafka.bootstrap_servers if spec.kafka is not None else default_bootstrap
-    if not bootstrap:
-        return failed(
-            Reason.KAFKA_CONNECTION_INVALID,
-            "spec.kafka: not set and the operator has no default cluster (set KAFKA_BOOTSTRAP_SERVERS)",
-            retry_after=None,
-        )
-    try:
-        receiver_config(spec, bootstrap)
-    except ValueError as error:
-        return failed(Reason.INVALID_SPEC, f"{error}; nothing was applied", retry_after=None)
-
-    # 2. Desired state.
-    token: str | None = None
-    auth = spec.receiver.auth
-    if auth.enabled and auth.token_secret_ref is None:
-        try:
-            token = _existing_token(children, resource.namespace, names.token_secret) or new_token()
-        except ApplyRefused as error:
-            return failed(Reason.APPLY_FAILED, str(error), retry_after=_backoff(retry, backoff_base, backoff_max))
-    params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token)
-    desired = render_children(params)
-
-    # 3. Apply (server-side, forced: drift on our fields is reverted).
-    applied: dict[str, dict[str, Any]] = {}
-    spark_missing = False
-    for manifest in desired:
-        kind = str(manifest["kind"])
-        try:
-            applied[kind] = children.apply(manifest)
-        except KindNotInstalled as error:
-            if kind not in SPARK_KINDS:
-                return failed(Reason.APPLY_FAILED, str(error), retry_after=_backoff(retry, backoff_base, backoff_max))
-            spark_missing = True
-        except ApplyRefused as error:
-            return failed(Reason.APPLY_FAILED, str(error), retry_after=_backoff(retry, backoff_base, backoff_max))
-
-    # 4. Prune what is labelled as ours, owned by this resource, and no longer desired.
-    wanted = {(str(m["kind"]), str(m["metadata"]["name"])) for m in desired}
-    selector = owned_selector(resource.name)
-    for api_version, kind in CHILD_KINDS:
-        try:
-            found = children.list(api_version, kind, resource.namespace, selector)
-        except KindNotInstalled:
-            continue
-        for child in found:
-            if child.key not in wanted and resource.uid in child.owner_uids:
-                children.delete(api_version, kind, resource.namespace, child.name)
-                events.append(Event("Normal", "Pruned", f"deleted {kind} {child.name}: no longer in the spec"))
-
-    aggregation = spec.aggregation
-    if aggregation is None or not aggregation.enabled:
-        conditions = remove_condition(conditions, ConditionType.AGGREGATION_READY)
-    elif spark_missing:
-        condition(
-            ConditionType.AGGREGATION_READY,
-            False,
-            Reason.SPARK_OPERATOR_MISSING,
-            "spec.aggregation: the sparkoperator.k8s.io/v1beta2 CRDs are not installed; install the kubeflow "
-            "spark-operator and the aggregation is deployed on the next resync",
-        )
-    else:
-        kind = "SparkApplication" if aggregation.mode == "streaming" else "ScheduledSparkApplication"
-        condition(ConditionType.AGGREGATION_READY, True, Reason.RECONCILED, f"{kind} {names.aggregation} applied")
-
-    deployment = applied.get("Deployment", {})
-    autoscaling = spec.autoscaling
-    want = None if autoscaling is not None and autoscaling.enabled else spec.replicas
-    available, replicas, ready_replicas, rollout = _deployment_progress(deployment, want)
-    ref = params.token_ref
-    status.update(
-        {
-            "replicas": replicas,
-            "readyReplicas": ready_replicas,
-            "endpoint": params.endpoint,
-            "configHash": pod_config_hash(params),
-            "children": [f"{m['kind']}/{m['metadata']['name']}" for m in desired if m["kind"] in applied],
-        }
-    )
-    if ref is not None:
-        status["tokenSecret"] = f"{ref.name}/{ref.key}"
-
-    # 5. The topic (after the children: a Kafka outage must not keep the Deployment from being fixed).
-    topic = spec.topic
-    try:
-        admin = topic_admin_for(spec.kafka, resource.namespace)
-        actual = admin.describe_topic(topic.name)
-        plan = plan_topic(topic.partitions, topic_configs(spec), actual)
-        if plan.create:
-            admin.create_topic(topic.name, topic.partitions, topic.replication_factor, topic_configs(spec))
-            events.append(
-                Event(
-                    "Normal",
-                    "TopicCreated",
-                    f"created topic {topic.name!r} with {topic.partitions} partitions on {bootstrap}",
-                )
-            )
-        if plan.grow_to is not None:
-            admin.grow_partitions(topic.name, plan.grow_to)
-            events.append(
-                Event("Normal", "PartitionsAdded", f"topic {topic.name!r} grown to {plan.grow_to} partitions")
-            )
-        if plan.set_configs:
-            admin.alter_topic_configs(topic.name, plan.set_configs)
-        if plan.changes:
-            actual = admin.describe_topic(topic.name) or TopicState(topic.name, topic.partitions, 0)
-    except ConnectionProblem as error:
-        return failed(
-            Reason.KAFKA_CONNECTION_INVALID,
-            f"spec.kafka: {error}",
-            retry_after=_backoff(retry, backoff_base * 5, backoff_max),
-        )
-    except InvalidClientMetricsConfigError as error:
-        message = f"spec.topic: the broker refused topic {topic.name!r}: {error}"
-        condition(ConditionType.TOPIC_READY, False, Reason.KAFKA_REJECTED, message)
-        return failed(Reason.KAFKA_REJECTED, message, retry_after=_backoff(retry, backoff_base * 5, backoff_max))
-    except KafkaAdminError as error:
-        reason = {
-            KafkaUnreachableError: Reason.KAFKA_UNREACHABLE,
-            KafkaNotAuthorizedError: Reason.KAFKA_NOT_AUTHORIZED,
-        }.get(type(error), Reason.KAFKA_ERROR)
-        message = f"{reason}: {bootstrap}: {error}"
-        condition(ConditionType.TOPIC_READY, False, reason, message)
-        slow = 5.0 if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
-        return failed(reason, message, retry_after=_backoff(retry, backoff_base * slow, backoff_max), warn=False)
-
-    partitions = actual.partitions if actual is not None else 0
+        spec, bootstrap = parse_spec(resource, default_bootstrap)
+        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token))
+        applied = apply_children(plan, children)
+        events += prune_children(resource, plan, children)
+        _aggregation_condition(plan, applied.spark_missing, conditions)
+        status.update(_children_status(plan, applied))
+        # The topic after the children: a Kafka outage must not keep the Deployment from being fixed.
+        topic = sync_topic(plan, topic_admin_for, resource.namespace)
+    except StopReconcile as stop:
+        return _stopped(stop, conditions, status, events, retry_in)
+    events += topic.events
     status["topic"] = {
-        "name": topic.name,
-        "partitions": partitions,
-        "requestedPartitions": topic.partitions,
+        "name": spec.topic.name,
+        "partitions": topic.partitions,
+        "requestedPartitions": spec.topic.partitions,
         "bootstrapServers": bootstrap,
     }
-    condition(
-        ConditionType.TOPIC_READY,
-        True,
-        Reason.RECONCILED,
-        f"topic {topic.name!r} has {partitions} partitions on {bootstrap}",
-    )
-    if plan.shrink_refused is not None:
-        has, asked = plan.shrink_refused
-        message = (
-            f"spec.topic.partitions: {asked} is below the topic's {has} partitions; Kafka cannot remove "
-            f"partitions, so the topic keeps {has} (recreate the topic to shrink it)"
-        )
-        previous = find_condition(conditions, ConditionType.PARTITIONS_SHRINK_REFUSED)
-        if previous is None or previous.get("status") != "True":  # warn once, not on every resync
-            events.append(Event("Warning", Reason.PARTITIONS_SHRINK_REFUSED, message))
-        condition(ConditionType.PARTITIONS_SHRINK_REFUSED, True, Reason.PARTITIONS_SHRINK_REFUSED, message)
-    else:
-        condition(
-            ConditionType.PARTITIONS_SHRINK_REFUSED,
-            False,
-            Reason.PARTITIONS_MATCH,
-            f"spec.topic.partitions: {topic.partitions} is in effect",
-        )
-
-    # 6. Ready: Deployment available and topic present.
-    deployment_name = names.receiver
-    if available:
-        condition(
-            ConditionType.READY,
-            True,
-            Reason.RECONCILED,
-            f"Deployment {deployment_name}: {rollout}; topic {topic.name!r} ready; endpoint {params.endpoint}",
-        )
-    else:
-        condition(ConditionType.READY, False, Reason.ROLLOUT_IN_PROGRESS, f"Deployment {deployment_name}: {rollout}")
-    status["conditions"] = conditions
+    events += _topic_conditions(plan, topic, conditions)
+    _ready_condition(plan, applied, conditions)
+    status["conditions"] = conditions.items
     status["lastSyncTime"] = now_rfc3339(now)
-    return Outcome(status, events=tuple(events))
+    return Outcome(_status(status), events=tuple(events))
 
 
 def delete_receiver(
@@ -363,5 +535,5 @@ def delete_receiver(
         topic_admin_for(spec.kafka, resource.namespace).delete_topic(spec.topic.name)
     except (KafkaAdminError, ConnectionProblem) as error:
         message = f"cannot delete topic {spec.topic.name!r}: {error}"
-        return Outcome({}, retry_after=_backoff(retry, backoff_base, backoff_max), error=message)
+        return Outcome({}, retry_after=backoff(retry, backoff_base, backoff_max), error=message)
     return Outcome({}, events=(Event("Normal", "TopicDeleted", f"deleted topic {spec.topic.name!r}"),))

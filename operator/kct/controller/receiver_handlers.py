@@ -26,8 +26,8 @@ from kct.api.subscription import KafkaConnection
 from kct.controller.children import ChildrenClient, KubernetesChildren
 from kct.controller.handlers import OperatorConfig
 from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader, read_properties_file
+from kct.controller.kernel import Outcome
 from kct.controller.receiver import ReceiverResource, TopicAdminFactory, delete_receiver, reconcile_receiver
-from kct.controller.subscription import Outcome
 from kct.kafka.port import ClientMetricsAdmin
 from kct.kafka.topics import TopicAdmin
 from kct.render.names import MANAGED_BY, OWNER_LABEL

@@ -34,6 +34,7 @@ from kct.controller.conditions import (
     remove_condition,
     set_condition,
 )
+from kct.controller.kernel import ConnectionProblem, Event, Outcome, backoff, format_validation_error
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
 from kct.kafka.clientmetrics import config_changes, desired_configs
 from kct.kafka.errors import (
@@ -48,20 +49,12 @@ __all__ = [
     "PAUSE_ANNOTATION",
     "AdminFactory",
     "Claim",
-    "ConnectionProblem",
-    "Event",
-    "Outcome",
     "SubscriptionResource",
     "delete_subscription",
-    "format_validation_error",
     "owner_of",
     "reconcile_subscription",
 ]
 
-
-
-class ConnectionProblem(ValueError):
-    """The Kafka connection cannot be built (no cluster configured, Secret missing or unusable)."""
 
 
 # (connection from the spec or None for the default cluster, the resource's namespace) -> admin
@@ -93,47 +86,14 @@ class SubscriptionResource(ResourceView):
         return Claim(self.creation_timestamp, self.namespace, self.name, self.uid)
 
 
-@dataclass(frozen=True)
-class Event:
-    type: str  # "Normal" | "Warning"
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a reconcile decided: status fields to merge, events to post, and whether to retry."""
-
-    status: dict[str, Any]
-    events: tuple[Event, ...] = ()
-    retry_after: float | None = None
-    error: str | None = None
-
-
 def owner_of(claims: Iterable[Claim]) -> Claim | None:
     ordered = sorted(claims)
     return ordered[0] if ordered else None
 
 
-def format_validation_error(error: ValidationError, prefix: str = "spec") -> str:
-    """`spec.match.clientId: 'a(' is not a valid RE2 regular expression: missing ): a(` (one per line)."""
-    lines = []
-    for problem in error.errors():
-        location = ".".join([prefix, *(str(part) for part in problem["loc"])])
-        message = problem["msg"].removeprefix("Value error, ")
-        value = problem.get("input")
-        shown = "" if isinstance(value, dict | list) or value is None or repr(value) in message else f" (got {value!r})"
-        lines.append(f"{location}: {message}{shown}")
-    return "; ".join(lines)
-
-
 def _kafka_connection(spec: Mapping[str, Any]) -> KafkaConnection | None:
     raw = spec.get("kafka")
     return KafkaConnection.model_validate(raw) if raw else None
-
-
-def _backoff(retry: int, base: float, maximum: float) -> float:
-    return float(min(maximum, base * (2 ** min(retry, 16))))
 
 
 def reconcile_subscription(
@@ -224,7 +184,7 @@ def reconcile_subscription(
     except ConnectionProblem as error:
         message = f"spec.kafka: {error}"
         status["conditions"] = ready(False, Reason.KAFKA_CONNECTION_INVALID, message)
-        return Outcome(status, retry_after=_backoff(retry, backoff_base * 5, backoff_max), error=message)
+        return Outcome(status, retry_after=backoff(retry, backoff_base * 5, backoff_max), error=message)
     except InvalidClientMetricsConfigError as error:
         message = f"the broker refused CLIENT_METRICS {name!r} configs {desired}: {error}"
         status["conditions"] = ready(False, Reason.KAFKA_REJECTED, message)
@@ -239,7 +199,7 @@ def reconcile_subscription(
         message = f"{reason}: {servers}: {error}"
         status["conditions"] = ready(False, reason, message)
         slow = 5.0 if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
-        return Outcome(status, retry_after=_backoff(retry, backoff_base * slow, backoff_max), error=message)
+        return Outcome(status, retry_after=backoff(retry, backoff_base * slow, backoff_max), error=message)
 
     previously_applied = resource.status.get("appliedConfigs")
     if changes and resync and previously_applied == desired:
@@ -295,5 +255,5 @@ def delete_subscription(
         admin_for(connection, resource.namespace).delete_subscription(name)
     except (KafkaAdminError, ConnectionProblem) as error:
         message = f"cannot delete CLIENT_METRICS {name!r}: {error}"
-        return Outcome({}, retry_after=_backoff(retry, backoff_base, backoff_max), error=message)
+        return Outcome({}, retry_after=backoff(retry, backoff_base, backoff_max), error=message)
     return Outcome({})

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from kct.api.crdgen import render_crd
 from kct.api.crds import TELEMETRY_RECEIVER
 from kct.api.receiver import TelemetryReceiverSpec, parse_receiver_spec
-from kct.controller.subscription import format_validation_error
+from kct.controller.kernel import format_validation_error
 from kct.receiver.config import QuotasConfig
 
 REPO = Path(__file__).resolve().parents[3]

@@ -8,9 +8,8 @@ import pytest
 
 from kct.api.subscription import KafkaConnection
 from kct.controller.kafka_clients import AdminPool
+from kct.controller.kernel import ConnectionProblem, Outcome
 from kct.controller.subscription import (
-    ConnectionProblem,
-    Outcome,
     SubscriptionResource,
     delete_subscription,
     reconcile_subscription,
