@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kct.api.receiver import TelemetryReceiverStatus
 from kct.api.subscription import KafkaConnection
 from kct.controller.children import InMemoryChildren
 from kct.controller.kernel import Outcome
@@ -60,6 +61,8 @@ class World:
             new_token=lambda: "fresh-token",
             **kwargs,
         )
+        # What the controller writes must fit the CRD's status schema (extra fields would be pruned silently).
+        TelemetryReceiverStatus.model_validate(outcome.status)
         self.status.update(outcome.status)
         return outcome
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kct.api.status import ClientMetricsSubscriptionStatus
 from kct.api.subscription import KafkaConnection
 from kct.controller.kafka_clients import AdminPool
 from kct.controller.kernel import ConnectionProblem, Outcome
@@ -54,7 +55,10 @@ def factory(admin: ClientMetricsAdmin) -> Any:
 
 def run(res: SubscriptionResource, kafka: InMemoryClientMetricsAdmin, **kwargs: Any) -> Outcome:
     claims = kwargs.pop("claims", [res.claim()])
-    return reconcile_subscription(res, claims, factory(kafka), **kwargs)
+    outcome = reconcile_subscription(res, claims, factory(kafka), **kwargs)
+    # What the controller writes must fit the CRD's status schema (extra fields would be pruned silently).
+    ClientMetricsSubscriptionStatus.model_validate(outcome.status)
+    return outcome
 
 
 def condition(outcome: Outcome, type_: str = "Ready") -> dict[str, Any]:
@@ -216,6 +220,7 @@ def test_paused_leaves_broker_alone(kafka: InMemoryClientMetricsAdmin) -> None:
 def test_no_default_cluster_is_a_condition() -> None:
     """Given no spec.kafka and no KAFKA_BOOTSTRAP_SERVERS, When reconciled, Then Ready=False says so."""
     outcome = reconcile_subscription(resource(), [], AdminPool(None))
+    ClientMetricsSubscriptionStatus.model_validate(outcome.status)
     assert condition(outcome)["reason"] == "KafkaConnectionInvalid"
     assert "KAFKA_BOOTSTRAP_SERVERS" in condition(outcome)["message"]
 

@@ -1,0 +1,145 @@
+"""The steps of a TelemetryReceiver reconcile, each alone: the pure plan, apply, prune, topic.
+
+`test_receiver_reconcile.py` drives the whole reconcile; these pin what each step decides, so a change
+to one step shows up in its own test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kct.api.subscription import KafkaConnection
+from kct.controller.children import InMemoryChildren
+from kct.controller.conditions import Reason
+from kct.controller.receiver import (
+    ReceiverResource,
+    StopReconcile,
+    apply_children,
+    parse_spec,
+    plan_receiver,
+    prune_children,
+    resolve_token,
+    sync_topic,
+)
+from kct.kafka.topics import InMemoryTopicAdmin, TopicAdmin
+from kct.render.names import CONFIG_HASH_ANNOTATION
+
+
+def resource(spec: dict[str, Any], uid: str = "uid-1") -> ReceiverResource:
+    return ReceiverResource("ns", "tr", uid, 3, spec, {}, {})
+
+
+def plan_for(spec: dict[str, Any], token: str | None = "t0k3n") -> Any:
+    res = resource(spec)
+    parsed, bootstrap = parse_spec(res, "default:9092")
+    return plan_receiver(res, parsed, bootstrap, token)
+
+
+def test_the_plan_is_built_without_io_and_carries_the_renderers_decisions() -> None:
+    """Given a spec with a fixed replica count, When the plan is built (no client at all), Then it holds
+    every child once, the Deployment's replicas, and the config hash the pods carry."""
+    plan = plan_for({"replicas": 3, "topic": {"name": "raw"}})
+    kinds = [m["kind"] for m in plan.children]
+    assert len(kinds) == len(set(kinds)) and "Deployment" in kinds and "ConfigMap" in kinds
+    assert plan.wanted_replicas == 3
+    annotations = plan.manifest("Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert plan.config_hash == annotations[CONFIG_HASH_ANNOTATION] != ""
+    assert plan.bootstrap == "default:9092"
+    assert ("Deployment", "tr-receiver") in plan.wanted
+
+
+def test_an_autoscaled_plan_leaves_the_replica_count_to_the_hpa() -> None:
+    """Given autoscaling, Then the plan wants no fixed replicas (the HPA owns the count) and has an HPA."""
+    plan = plan_for({"autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 5}})
+    assert plan.wanted_replicas is None
+    assert plan.manifest("HorizontalPodAutoscaler")
+
+
+def test_parse_spec_names_the_field_and_stops_without_retry() -> None:
+    """Given a spec with a wrong type, Then parsing stops with InvalidSpec naming the field, no retry."""
+    with pytest.raises(StopReconcile) as stopped:
+        parse_spec(resource({"replicas": "two"}), "default:9092")
+    assert stopped.value.reason is Reason.INVALID_SPEC
+    assert "spec.replicas" in stopped.value.message and stopped.value.retry_scale is None
+
+
+def test_parse_spec_without_any_cluster_is_a_connection_problem() -> None:
+    with pytest.raises(StopReconcile) as stopped:
+        parse_spec(resource({}), None)
+    assert stopped.value.reason is Reason.KAFKA_CONNECTION_INVALID
+
+
+def test_the_generated_token_is_read_back_and_only_made_when_missing() -> None:
+    """Given auth with a generated Secret, Then the token is made once and later read from the Secret;
+    Given the user's own Secret, Then no token is generated."""
+    kube = InMemoryChildren()
+    res = resource({})
+    spec, _ = parse_spec(res, "default:9092")
+    assert resolve_token(res, spec, kube, lambda: "first") == "first"
+    apply_children(plan_receiver(res, spec, "default:9092", "first"), kube)
+    assert resolve_token(res, spec, kube, lambda: "second") == "first"
+    own = {"receiver": {"auth": {"enabled": True, "tokenSecretRef": {"name": "mine", "key": "t"}}}}
+    spec_own, _ = parse_spec(resource(own), "default:9092")
+    assert resolve_token(resource(own), spec_own, kube, lambda: "never") is None
+
+
+def test_apply_skips_only_the_spark_objects_when_the_spark_operator_is_missing() -> None:
+    """Given no spark-operator CRDs, Then every other child is applied and the Spark gap is reported."""
+    kube = InMemoryChildren(missing_kinds={"SparkApplication", "ScheduledSparkApplication"})
+    applied = apply_children(plan_for({"aggregation": {}}), kube)
+    assert applied.spark_missing and "SparkApplication" not in applied.bodies
+    assert "Deployment" in applied.bodies
+
+
+def test_apply_stops_with_a_retry_when_the_api_server_refuses_a_child() -> None:
+    kube = InMemoryChildren(refuse_kinds={"Service": "port 4318 is taken"})
+    with pytest.raises(StopReconcile) as stopped:
+        apply_children(plan_for({}), kube)
+    assert stopped.value.reason is Reason.APPLY_FAILED and stopped.value.retry_scale == 1.0
+    assert "port 4318 is taken" in stopped.value.message
+
+
+def test_prune_deletes_only_our_children_that_the_plan_no_longer_wants() -> None:
+    """Given children of an autoscaled receiver and a foreign object with our labels, When autoscaling
+    is turned off, Then the HPA is pruned (with an event) and the foreign object is kept."""
+    kube = InMemoryChildren()
+    res = resource({})
+    apply_children(plan_for({"autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 2}}), kube)
+    foreign = dict(plan_for({}).manifest("ConfigMap"))
+    foreign["metadata"] = {**foreign["metadata"], "name": "someone-elses", "ownerReferences": []}
+    kube.apply(foreign)
+    events = prune_children(res, plan_for({}), kube)
+    assert kube.deleted == [("HorizontalPodAutoscaler", "tr-receiver")]
+    assert [e.reason for e in events] == ["Pruned"]
+    assert ("ConfigMap", "ns", "someone-elses") in kube.objects
+
+
+def admin_of(kafka: InMemoryTopicAdmin) -> Any:
+    def admin_for(connection: KafkaConnection | None, namespace: str) -> TopicAdmin:
+        return kafka
+
+    return admin_for
+
+
+def test_sync_topic_creates_then_grows_but_never_shrinks() -> None:
+    kafka = InMemoryTopicAdmin()
+    created = sync_topic(plan_for({"topic": {"name": "raw", "partitions": 2}}), admin_of(kafka), "ns")
+    assert created.partitions == 2 and [e.reason for e in created.events] == ["TopicCreated"]
+    grown = sync_topic(plan_for({"topic": {"name": "raw", "partitions": 4}}), admin_of(kafka), "ns")
+    assert grown.partitions == 4 and [e.reason for e in grown.events] == ["PartitionsAdded"]
+    kept = sync_topic(plan_for({"topic": {"name": "raw", "partitions": 1}}), admin_of(kafka), "ns")
+    assert kept.partitions == 4 and kept.plan.shrink_refused == (4, 1) and kept.events == ()
+    assert kafka.topics["raw"].partitions == 4
+
+
+def test_sync_topic_stops_without_a_warning_while_kafka_is_unreachable() -> None:
+    """Given a broker that cannot be reached, Then the step stops with KafkaUnreachable, TopicReady=False,
+    a retry, and no Warning event (an outage is retried, not announced on every try)."""
+    kafka = InMemoryTopicAdmin()
+    kafka.unreachable = True
+    with pytest.raises(StopReconcile) as stopped:
+        sync_topic(plan_for({"topic": {"name": "raw"}}), admin_of(kafka), "ns")
+    assert stopped.value.reason is Reason.KAFKA_UNREACHABLE
+    assert stopped.value.topic_condition and not stopped.value.warn and stopped.value.retry_scale == 1.0
+    assert kafka.topics == {}
