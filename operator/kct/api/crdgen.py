@@ -77,57 +77,75 @@ def _clean_description(text: str) -> str:
     return "\n\n".join(" ".join(line.strip() for line in p.splitlines() if line.strip()) for p in paragraphs)
 
 
+def _inline_ref(node: dict[str, Any], defs: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"$ref": ...}` replaced by the referenced definition; keys next to the reference (the field's own
+    description, default) win over the model's."""
+    if "$ref" not in node:
+        return node
+    rest = dict(node)
+    target: dict[str, Any] = copy.deepcopy(defs[rest.pop("$ref").rsplit("/", 1)[-1]])
+    target.update(rest)
+    return target
+
+
+def _collapse_optional(node: dict[str, Any], path: str) -> dict[str, Any]:
+    """`anyOf: [X, null]` (pydantic's `X | None`) collapsed into X: structural schemas have no unions."""
+    for combinator in ("anyOf", "oneOf", "allOf"):
+        if combinator in node and not node.get("x-kubernetes-int-or-string"):
+            rest = dict(node)
+            branches = [b for b in rest.pop(combinator) if b != {"type": "null"}]
+            if len(branches) != 1:
+                raise ValueError(f"{path}: {combinator} with {len(branches)} non-null branches is not structural")
+            node = dict(branches[0])
+            node.update(rest)
+            if "$ref" in node:  # the caller resolves the reference, then what is left of the node
+                return node
+    return node
+
+
 def _resolve(node: Any, defs: Mapping[str, Any], path: str) -> Any:
+    """A pydantic JSON schema node as an OpenAPI v3.0 structural schema node (references inlined)."""
     if isinstance(node, list):
         return [_resolve(item, defs, f"{path}[{i}]") for i, item in enumerate(node)]
     if not isinstance(node, dict):
         return node
-    node = dict(node)
-    if "$ref" in node:
-        ref = node.pop("$ref")
-        target = copy.deepcopy(defs[ref.rsplit("/", 1)[-1]])
-        # Keys next to the reference (the field's own description, default) win over the model's.
-        target.update(node)
-        node = target
-    for combinator in ("anyOf", "oneOf", "allOf"):
-        if combinator in node and not node.get("x-kubernetes-int-or-string"):
-            branches = [b for b in node.pop(combinator) if b != {"type": "null"}]
-            if len(branches) != 1:
-                raise ValueError(f"{path}: {combinator} with {len(branches)} non-null branches is not structural")
-            merged = dict(branches[0])
-            merged.update(node)
-            node = merged
-            if "$ref" in node:
-                return _resolve(node, defs, path)
+    node = _collapse_optional(_inline_ref(dict(node), defs), path)
+    if "$ref" in node:  # the one branch left was a reference
+        return _resolve(node, defs, path)
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in _DROPPED_KEYS:
-            continue
-        if key == "default" and (value is None or isinstance(value, dict)):
-            # No object defaults: the API server would freeze today's defaults (nulls included) into
-            # every stored object; absent objects are defaulted by the models when parsed instead.
-            continue
-        if key == "description" and isinstance(value, str):
-            out[key] = _clean_description(value)
-        elif key == "properties":
-            out[key] = {name: _resolve(sub, defs, f"{path}.{name}") for name, sub in value.items()}
-        elif key in ("items", "additionalProperties") and isinstance(value, dict):
-            out[key] = _resolve(value, defs, f"{path}.{key}")
-        elif key == "additionalProperties" and value is False:
-            continue  # unknown fields are pruned, or refused by strict field validation
-        elif key == "const":
-            out["enum"] = [value]
-        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
-            # JSON Schema 2020-12 (pydantic's `gt`/`lt`) -> OpenAPI v3.0 (a bound plus a boolean).
-            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
-            out[key] = True
-        else:
-            out[key] = copy.deepcopy(value)
+        _convert_key(out, key, value, defs, path)
     if "enum" in out and "type" not in out:
         out["type"] = "string"
     if "type" not in out and not {"x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string"} & set(out):
         raise ValueError(f"{path}: schema node has no type, which a structural schema requires")
     return {key: out[key] for key in sorted(out, key=_key_rank)}
+
+
+def _convert_key(out: dict[str, Any], key: str, value: Any, defs: Mapping[str, Any], path: str) -> None:
+    """Put one JSON Schema keyword into `out` as the API server wants it (or leave it out)."""
+    if key in _DROPPED_KEYS:
+        return
+    if key == "default" and (value is None or isinstance(value, dict)):
+        # No object defaults: the API server would freeze today's defaults (nulls included) into
+        # every stored object; absent objects are defaulted by the models when parsed instead.
+        return
+    if key == "additionalProperties" and value is False:
+        return  # unknown fields are pruned, or refused by strict field validation
+    if key == "description" and isinstance(value, str):
+        out[key] = _clean_description(value)
+    elif key == "properties":
+        out[key] = {name: _resolve(sub, defs, f"{path}.{name}") for name, sub in value.items()}
+    elif key in ("items", "additionalProperties") and isinstance(value, dict):
+        out[key] = _resolve(value, defs, f"{path}.{key}")
+    elif key == "const":
+        out["enum"] = [value]
+    elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+        # JSON Schema 2020-12 (pydantic's `gt`/`lt`) -> OpenAPI v3.0 (a bound plus a boolean).
+        out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+        out[key] = True
+    else:
+        out[key] = copy.deepcopy(value)
 
 
 # Keys in the order a reader wants them: what it is, then constraints, then children, then CEL.
