@@ -62,6 +62,10 @@ class ChildrenClient(Protocol):
         """Delete (background propagation); no-op when absent."""
         ...
 
+    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge `status` into the status subresource of a resource (the owner, not a child); no-op when absent."""
+        ...
+
 
 def _owner_uids(obj: Mapping[str, Any]) -> tuple[str, ...]:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
@@ -237,3 +241,8 @@ class InMemoryChildren:
         self._check(kind)
         if self.objects.pop((kind, namespace, name), None) is not None:
             self.deleted.append((kind, name))
+
+    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        found = self.objects.get((kind, namespace, name))
+        if found is not None:
+            found["status"] = {**(found.get("status") or {}), **copy.deepcopy(dict(status))}

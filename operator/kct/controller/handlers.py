@@ -23,6 +23,7 @@ import kopf
 from kct.api.crds import GROUP, VERSION
 from kct.controller.kafka_clients import AdminPool
 from kct.controller.kernel import Outcome
+from kct.controller.kopf_outcome import write_outcome
 from kct.controller.subscription import (
     Claim,
     SubscriptionResource,
@@ -30,7 +31,7 @@ from kct.controller.subscription import (
     reconcile_subscription,
 )
 
-__all__ = ["PLURAL", "OperatorConfig", "register_subscription_handlers"]
+__all__ = ["PLURAL", "OperatorConfig", "SubscriptionHandlers", "register_subscription_handlers"]
 
 PLURAL = "clientmetricssubscriptions"
 CLAIMS_INDEX = "cms_claims"
@@ -60,108 +61,104 @@ def _admins(memo: kopf.Memo) -> AdminPool:
     return pool
 
 
-def _apply(outcome: Outcome, body: kopf.Body, patch: kopf.Patch) -> None:
-    for key, value in outcome.status.items():
-        patch.status[key] = value
-    for event in outcome.events:
-        try:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
-        except Exception:  # events are best-effort; never fail a reconcile for them
-            log.debug("posting event failed", exc_info=True)
+def login(**kwargs: Any) -> Any:
+    """In-cluster service account, else KUBECONFIG (kopf's own kubeconfig reader as a fallback)."""
+    return kopf.login_via_client(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-def register_subscription_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    resource = (GROUP, VERSION, PLURAL)
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Startup: kopf's settings (finalizer and storage under our domain, timeouts) and the admin pool."""
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    # kopf ignores, when diffing, every annotation under the prefix of its own storage; keep that
+    # prefix apart from telemetry.kct.dev/paused so pausing and resuming trigger the handlers.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=STORAGE_PREFIX, key="last-handled-configuration"
+    )
+    settings.peering.standalone = True
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    if not isinstance(memo.get("admins"), AdminPool):
+        memo["admins"] = AdminPool.from_environment()
 
-    @kopf.index(*resource, id=CLAIMS_INDEX, registry=registry)
-    def claims_index(body: kopf.Body, **_: Any) -> dict[str, Claim]:
+
+def close_admins(memo: kopf.Memo, **_: Any) -> None:
+    _admins(memo).close()
+
+
+def claims_index(body: kopf.Body, **_: Any) -> dict[str, Claim]:
+    """The kopf index of who claims which CLIENT_METRICS name (ownership: oldest claim wins)."""
+    subscription = SubscriptionResource.from_body(body)
+    return {subscription.subscription_name: subscription.claim()}
+
+
+class SubscriptionHandlers:
+    """The ClientMetricsSubscription handlers, one method each, so each can be called alone (unit tests pass
+    kopf's keyword arguments and an admin pool over the in-memory fake); `register` puts them on a registry."""
+
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
+        # One lock per CLIENT_METRICS name: a resync already talking to Kafka when its resource (or a
+        # rival claimant) is deleted must finish before the delete runs, or it would recreate the configs.
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    def register(self, registry: kopf.OperatorRegistry) -> None:
+        resource = (GROUP, VERSION, PLURAL)
+        kopf.index(*resource, id=CLAIMS_INDEX, registry=registry)(claims_index)
+        kopf.on.login(id="login", registry=registry)(login)
+        kopf.on.startup(id="configure", registry=registry)(configure)
+        kopf.on.cleanup(id="close-admins", registry=registry)(close_admins)
+        for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+            on(*resource, id="reconcile", registry=registry)(self.on_change)
+        interval = self.config.resync_seconds
+        kopf.timer(*resource, id="resync", interval=interval, initial_delay=interval, registry=registry)(self.resync)
+        kopf.on.delete(*resource, id="delete", registry=registry)(self.on_delete)
+
+    async def reconcile(self, body: kopf.Body, memo: kopf.Memo, retry: int, index: Any, resync: bool) -> Outcome | None:
+        """Run the blocking reconcile in a thread, under the subscription name's lock; None when the
+        resource is being deleted (the delete handler owns it then: kopf's body is a live view)."""
         subscription = SubscriptionResource.from_body(body)
-        return {subscription.subscription_name: subscription.claim()}
-
-    # One lock per CLIENT_METRICS name: a resync already talking to Kafka when its resource (or a
-    # rival claimant) is deleted must finish before the delete runs, or it would recreate the configs.
-    locks: dict[str, asyncio.Lock] = {}
-
-    async def reconcile(
-        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, index: Any, resync: bool
-    ) -> Outcome | None:
-        subscription = SubscriptionResource.from_body(body)
-        async with locks.setdefault(subscription.subscription_name, asyncio.Lock()):
+        async with self.locks.setdefault(subscription.subscription_name, asyncio.Lock()):
             if body.metadata.get("deletionTimestamp"):
-                return None  # the delete handler owns it now (kopf's body is a live view)
-            outcome = await asyncio.to_thread(
+                return None
+            return await asyncio.to_thread(
                 reconcile_subscription,
                 subscription,
                 _claims(index, subscription.subscription_name),
                 _admins(memo),
                 resync=resync,
                 retry=retry,
-                backoff_base=config.backoff_base_seconds,
-                backoff_max=config.backoff_max_seconds,
+                backoff_base=self.config.backoff_base_seconds,
+                backoff_max=self.config.backoff_max_seconds,
             )
-        _apply(outcome, body, patch)
-        return outcome
 
-    @kopf.on.login(id="login", registry=registry)
-    def login(**kwargs: Any) -> Any:
-        # In-cluster service account, else KUBECONFIG (kopf's own kubeconfig reader as a fallback).
-        return kopf.login_via_client(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    async def on_change(self, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **kwargs: Any) -> None:
+        """create / update / resume: reconcile, write status and events, retry later when the outcome asks."""
+        outcome = await self.reconcile(body, memo, retry, kwargs[CLAIMS_INDEX], resync=False)
+        if outcome is not None:
+            write_outcome(outcome, body, patch)
 
-    @kopf.on.startup(id="configure", registry=registry)
-    def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        settings.persistence.finalizer = f"{GROUP}/finalizer"
-        # kopf ignores, when diffing, every annotation under the prefix of its own storage; keep that
-        # prefix apart from telemetry.kct.dev/paused so pausing and resuming trigger the handlers.
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=STORAGE_PREFIX, key="last-handled-configuration"
-        )
-        settings.peering.standalone = True
-        settings.posting.level = logging.WARNING
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        if not isinstance(memo.get("admins"), AdminPool):
-            memo["admins"] = AdminPool.from_environment()
+    async def resync(self, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
+        """The timer: a difference found here is drift. No retries (the next tick is the retry)."""
+        outcome = await self.reconcile(body, memo, 0, kwargs[CLAIMS_INDEX], resync=True)
+        if outcome is not None:
+            write_outcome(outcome, body, patch, retry=False)
 
-    @kopf.on.cleanup(id="close-admins", registry=registry)
-    def close_admins(memo: kopf.Memo, **_: Any) -> None:
-        _admins(memo).close()
-
-    @kopf.on.resume(*resource, id="reconcile", registry=registry)
-    @kopf.on.create(*resource, id="reconcile", registry=registry)
-    @kopf.on.update(*resource, id="reconcile", registry=registry)
-    async def reconcile_subscription_handler(
-        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **kwargs: Any
-    ) -> None:
-        outcome = await reconcile(body, patch, memo, retry, kwargs[CLAIMS_INDEX], resync=False)
-        if outcome is not None and outcome.retry_after is not None:
-            raise kopf.TemporaryError(outcome.error or "retrying", delay=outcome.retry_after)
-
-    @kopf.timer(
-        *resource,
-        id="resync",
-        interval=config.resync_seconds,
-        initial_delay=config.resync_seconds,
-        registry=registry,
-    )
-    async def resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
-        # No retries from the timer: the next tick is the retry, and the change handler has its own.
-        await reconcile(body, patch, memo, 0, kwargs[CLAIMS_INDEX], resync=True)
-
-    @kopf.on.delete(*resource, id="delete", registry=registry)
-    async def delete_subscription_handler(body: kopf.Body, memo: kopf.Memo, retry: int, **kwargs: Any) -> None:
+    async def on_delete(self, body: kopf.Body, memo: kopf.Memo, retry: int, **kwargs: Any) -> None:
         subscription = SubscriptionResource.from_body(body)
-        async with locks.setdefault(subscription.subscription_name, asyncio.Lock()):
+        async with self.locks.setdefault(subscription.subscription_name, asyncio.Lock()):
             outcome = await asyncio.to_thread(
                 delete_subscription,
                 subscription,
                 _claims(kwargs[CLAIMS_INDEX], subscription.subscription_name),
                 _admins(memo),
                 retry=retry,
-                backoff_base=config.backoff_base_seconds,
-                backoff_max=config.backoff_max_seconds,
+                backoff_base=self.config.backoff_base_seconds,
+                backoff_max=self.config.backoff_max_seconds,
             )
-        for event in outcome.events:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-        if outcome.retry_after is not None:
-            raise kopf.TemporaryError(outcome.error or "retrying", delay=outcome.retry_after)
+        write_outcome(outcome, body, None)
+
+
+def register_subscription_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    SubscriptionHandlers(config).register(registry)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any, Final
 
 import kopf
@@ -27,12 +28,13 @@ from kct.controller.children import ChildrenClient, KubernetesChildren
 from kct.controller.handlers import OperatorConfig
 from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader, read_properties_file
 from kct.controller.kernel import Outcome
+from kct.controller.kopf_outcome import post_events, write_outcome
 from kct.controller.receiver import ReceiverResource, TopicAdminFactory, delete_receiver, reconcile_receiver
 from kct.kafka.port import ClientMetricsAdmin
 from kct.kafka.topics import TopicAdmin
 from kct.render.names import MANAGED_BY, OWNER_LABEL
 
-__all__ = ["PLURAL", "register_receiver_handlers", "topic_admin_factory"]
+__all__ = ["PLURAL", "ReceiverHandlers", "register_receiver_handlers", "topic_admin_factory"]
 
 PLURAL: Final = "telemetryreceivers"
 KIND: Final = "TelemetryReceiver"
@@ -86,34 +88,30 @@ def _memo_topics(memo: kopf.Memo) -> AdminPool:
     return pool
 
 
-def _post_events(body: Any, outcome: Outcome) -> None:
-    for event in outcome.events:
-        try:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
-        except Exception:  # events are best-effort; never fail a reconcile for them
-            log.debug("posting event failed", exc_info=True)
+class ReceiverHandlers:
+    """The TelemetryReceiver handlers, one method each, so each can be called alone (unit tests pass kopf's
+    keyword arguments and in-memory fakes in the memo); `register` puts them on a registry."""
 
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
 
-def register_receiver_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    resource = (GROUP, VERSION, PLURAL)
+    def register(self, registry: kopf.OperatorRegistry) -> None:
+        resource = (GROUP, VERSION, PLURAL)
+        kopf.on.startup(id="configure-receivers", registry=registry)(self.configure)
+        kopf.on.cleanup(id="close-receiver-admins", registry=registry)(self.close_admins)
+        for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+            on(*resource, id="reconcile", registry=registry)(self.on_change)
+        interval = self.config.resync_seconds
+        kopf.timer(*resource, id="resync", interval=interval, initial_delay=interval, registry=registry)(self.resync)
+        kopf.on.delete(*resource, id="delete", registry=registry)(self.on_delete)
+        labels: dict[str, Any] = {"app.kubernetes.io/managed-by": MANAGED_BY, OWNER_LABEL: kopf.PRESENT}
+        for group, version, plural in _WATCHED_CHILDREN:
+            kopf.on.event(group, version, plural, labels=labels, id=f"child-{plural}", registry=registry)(
+                self.child_changed
+            )
 
-    async def reconcile(body: Any, memo: kopf.Memo, retry: int) -> Outcome:
-        pool = _memo_topics(memo)
-        outcome = await asyncio.to_thread(
-            reconcile_receiver,
-            ReceiverResource.from_body(body),
-            _memo_children(memo),
-            topic_admin_factory(pool),
-            default_bootstrap=pool.default_bootstrap,
-            retry=retry,
-            backoff_base=config.backoff_base_seconds,
-            backoff_max=config.backoff_max_seconds,
-        )
-        _post_events(body, outcome)
-        return outcome
-
-    @kopf.on.startup(id="configure-receivers", registry=registry)
-    def configure(memo: kopf.Memo, **_: Any) -> None:
+    def configure(self, memo: kopf.Memo, **_: Any) -> None:
+        """Startup: the Kubernetes client and the pool of topic admins, unless the memo has them (tests)."""
         import os
         from pathlib import Path
 
@@ -128,67 +126,75 @@ def register_receiver_handlers(registry: kopf.OperatorRegistry, config: Operator
                 construct=_kafka_python_topic_admin,
             )
 
-    @kopf.on.cleanup(id="close-receiver-admins", registry=registry)
-    def close_admins(memo: kopf.Memo, **_: Any) -> None:
+    def close_admins(self, memo: kopf.Memo, **_: Any) -> None:
         pool = memo.get("receiver_topic_admins")
         if isinstance(pool, AdminPool):
             pool.close()
 
-    @kopf.on.resume(*resource, id="reconcile", registry=registry)
-    @kopf.on.create(*resource, id="reconcile", registry=registry)
-    @kopf.on.update(*resource, id="reconcile", registry=registry)
-    async def reconcile_handler(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
-        outcome = await reconcile(body, memo, retry)
-        for key, value in outcome.status.items():
-            patch.status[key] = value
-        if outcome.retry_after is not None:
-            raise kopf.TemporaryError(outcome.error or "retrying", delay=outcome.retry_after)
+    async def reconcile(self, body: Any, memo: kopf.Memo, retry: int) -> Outcome:
+        """Run the blocking reconcile in a thread."""
+        pool = _memo_topics(memo)
+        outcome = await asyncio.to_thread(
+            reconcile_receiver,
+            ReceiverResource.from_body(body),
+            _memo_children(memo),
+            topic_admin_factory(pool),
+            default_bootstrap=pool.default_bootstrap,
+            retry=retry,
+            backoff_base=self.config.backoff_base_seconds,
+            backoff_max=self.config.backoff_max_seconds,
+        )
+        return outcome
 
-    @kopf.timer(
-        *resource, id="resync", interval=config.resync_seconds, initial_delay=config.resync_seconds, registry=registry
-    )
-    async def resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-        # No retries from the timer: the next tick is the retry, and the change handler has its own.
-        outcome = await reconcile(body, memo, 0)
-        for key, value in outcome.status.items():
-            patch.status[key] = value
+    async def on_change(self, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
+        """create / update / resume: reconcile, write status, retry later when the outcome asks."""
+        write_outcome(await self.reconcile(body, memo, retry), body, patch)
 
-    @kopf.on.delete(*resource, id="delete", registry=registry)
-    async def delete_handler(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    async def resync(self, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+        """The timer: no retries from here (the next tick is the retry; the change handler has its own)."""
+        write_outcome(await self.reconcile(body, memo, 0), body, patch, retry=False)
+
+    async def on_delete(self, body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
         outcome = await asyncio.to_thread(
             delete_receiver,
             ReceiverResource.from_body(body),
             topic_admin_factory(_memo_topics(memo)),
             retry=retry,
-            backoff_base=config.backoff_base_seconds,
-            backoff_max=config.backoff_max_seconds,
+            backoff_base=self.config.backoff_base_seconds,
+            backoff_max=self.config.backoff_max_seconds,
         )
-        _post_events(body, outcome)
-        if outcome.retry_after is not None:
-            raise kopf.TemporaryError(outcome.error or "retrying", delay=outcome.retry_after)
+        write_outcome(outcome, body, None)
 
-    async def reconcile_owner(namespace: str, owner: str, memo: kopf.Memo) -> None:
+    async def reconcile_owner(self, namespace: str, owner: str, memo: kopf.Memo) -> None:
+        """Reconcile the TelemetryReceiver `owner` now (outside its own handlers) and patch its status."""
         children = _memo_children(memo)
         body = await asyncio.to_thread(children.get, f"{GROUP}/{VERSION}", KIND, namespace, owner)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             return
-        outcome = await reconcile(body, memo, 0)
-        if outcome.status and isinstance(children, KubernetesChildren):
+        outcome = await self.reconcile(body, memo, 0)
+        post_events(body, outcome.events)
+        if outcome.status:
             await asyncio.to_thread(children.patch_status, f"{GROUP}/{VERSION}", KIND, namespace, owner, outcome.status)
 
-    labels: dict[str, Any] = {"app.kubernetes.io/managed-by": MANAGED_BY, OWNER_LABEL: kopf.PRESENT}
-    for group, version, plural in _WATCHED_CHILDREN:
+    async def child_changed(
+        self, type: str, body: kopf.Body, memo: kopf.Memo, namespace: str | None, **_: Any
+    ) -> None:
+        """A child was deleted, or a receiver Deployment's controller caught up with a change: reconcile its
+        owner at once (a hand edit is then reverted, and readiness reaches status before the resync)."""
+        owners = [ref for ref in body.get("metadata", {}).get("ownerReferences") or [] if ref.get("kind") == KIND]
+        if not owners or namespace is None:
+            return
+        if type == "DELETED" or (type == "MODIFIED" and _deployment_settled(body)):
+            await self.reconcile_owner(namespace, str(owners[0].get("name")), memo)
 
-        @kopf.on.event(group, version, plural, labels=labels, id=f"child-{plural}", registry=registry)
-        async def child_changed(type: str, body: kopf.Body, memo: kopf.Memo, namespace: str | None, **_: Any) -> None:
-            owners = [ref for ref in body.get("metadata", {}).get("ownerReferences") or [] if ref.get("kind") == KIND]
-            if not owners or namespace is None:
-                return
-            settled = False
-            if body.get("kind") == "Deployment" and type == "MODIFIED":
-                # Reconcile once the Deployment controller has seen the latest change (a hand edit is then
-                # reverted, and readiness reaches the owner's status without waiting for the resync).
-                status = body.get("status") or {}
-                settled = status.get("observedGeneration") == body.get("metadata", {}).get("generation")
-            if type == "DELETED" or settled:
-                await reconcile_owner(namespace, str(owners[0].get("name")), memo)
+
+def _deployment_settled(body: Mapping[str, Any]) -> bool:
+    """A Deployment whose controller has observed its latest generation."""
+    if body.get("kind") != "Deployment":
+        return False
+    status = body.get("status") or {}
+    return bool(status.get("observedGeneration") == (body.get("metadata") or {}).get("generation"))
+
+
+def register_receiver_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    ReceiverHandlers(config).register(registry)

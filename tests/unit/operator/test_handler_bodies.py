@@ -1,0 +1,142 @@
+"""The kopf handlers' bodies, called as kopf calls them (keyword arguments, a memo) with in-memory fakes:
+what lands in the status patch, which events and retries follow, and what the child watch reconciles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+
+from kct.api.receiver import TelemetryReceiverStatus
+from kct.api.status import ClientMetricsSubscriptionStatus
+from kct.controller.children import InMemoryChildren
+from kct.controller.handlers import CLAIMS_INDEX, OperatorConfig, SubscriptionHandlers, claims_index
+from kct.controller.kafka_clients import AdminPool
+from kct.controller.receiver_handlers import ReceiverHandlers
+from kct.kafka.fake import InMemoryClientMetricsAdmin
+from kct.kafka.topics import InMemoryTopicAdmin
+
+AVAILABLE = {
+    "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1,
+    "conditions": [{"type": "Available", "status": "True"}],
+}
+
+
+def receiver_body(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "telemetry.kct.dev/v1alpha1",
+        "kind": "TelemetryReceiver",
+        "metadata": {"namespace": "ns", "name": "tr", "uid": "uid-tr", "generation": 1},
+        "spec": {"replicas": 1, "topic": {"name": "raw"}, **spec},
+    }
+
+
+def receiver_memo(kube: InMemoryChildren, kafka: InMemoryTopicAdmin) -> kopf.Memo:
+    pool = AdminPool("broker:9092", construct=lambda bootstrap, properties: kafka)  # type: ignore[arg-type,return-value]
+    return kopf.Memo(receiver_children=kube, receiver_topic_admins=pool)
+
+
+def ready(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Ready")
+
+
+async def test_receiver_change_handler_writes_a_valid_status_and_creates_the_topic() -> None:
+    """Given a new TelemetryReceiver, When the change handler runs, Then the patch holds a status the CRD's
+    model accepts, with Ready=True, and the topic exists."""
+    kube, kafka = InMemoryChildren(deployment_status=dict(AVAILABLE)), InMemoryTopicAdmin()
+    patch = kopf.Patch()
+    body = kopf.Body(receiver_body(topic={"name": "raw", "partitions": 3}))
+    await ReceiverHandlers(OperatorConfig()).on_change(body=body, patch=patch, memo=receiver_memo(kube, kafka), retry=0)
+    status = dict(patch["status"])
+    TelemetryReceiverStatus.model_validate(status)
+    assert ready(status)["status"] == "True"
+    assert kafka.topics["raw"].partitions == 3 and status["topic"]["partitions"] == 3
+
+
+async def test_receiver_change_handler_retries_while_kafka_is_unreachable() -> None:
+    """Given an unreachable broker, Then the handler patches Ready=False/KafkaUnreachable and raises kopf's
+    TemporaryError with a delay (kopf applies the patch and retries)."""
+    kube, kafka = InMemoryChildren(deployment_status=dict(AVAILABLE)), InMemoryTopicAdmin(unreachable=True)
+    patch = kopf.Patch()
+    with pytest.raises(kopf.TemporaryError) as retried:
+        await ReceiverHandlers(OperatorConfig(backoff_base_seconds=3)).on_change(
+            body=kopf.Body(receiver_body()), patch=patch, memo=receiver_memo(kube, kafka), retry=0
+        )
+    assert retried.value.delay == 3
+    assert ready(dict(patch["status"]))["reason"] == "KafkaUnreachable"
+
+
+async def test_resync_never_raises_for_retries() -> None:
+    kube, kafka = InMemoryChildren(deployment_status=dict(AVAILABLE)), InMemoryTopicAdmin(unreachable=True)
+    patch = kopf.Patch()
+    await ReceiverHandlers(OperatorConfig()).resync(body=kopf.Body(receiver_body()), patch=patch,
+                                                   memo=receiver_memo(kube, kafka))
+    assert ready(dict(patch["status"]))["reason"] == "KafkaUnreachable"
+
+
+async def test_a_deleted_child_reconciles_its_owner_and_patches_the_owners_status() -> None:
+    """Given a reconciled receiver stored in the API server, When its Service is deleted behind its back,
+    Then the child watch re-creates the Service and writes the owner's status through the port."""
+    kube, kafka = InMemoryChildren(deployment_status=dict(AVAILABLE)), InMemoryTopicAdmin()
+    owner = receiver_body()
+    kube.objects[("TelemetryReceiver", "ns", "tr")] = owner
+    memo = receiver_memo(kube, kafka)
+    handlers = ReceiverHandlers(OperatorConfig())
+    await handlers.on_change(body=kopf.Body(owner), patch=kopf.Patch(), memo=memo, retry=0)
+    service = kube.objects.pop(("Service", "ns", "tr-receiver"))
+    await handlers.child_changed(type="DELETED", body=kopf.Body(service), memo=memo, namespace="ns")
+    assert ("Service", "ns", "tr-receiver") in kube.objects
+    status = kube.objects[("TelemetryReceiver", "ns", "tr")]["status"]
+    TelemetryReceiverStatus.model_validate(status)
+    assert ready(status)["status"] == "True"
+
+
+async def test_a_child_without_our_owner_is_ignored() -> None:
+    kube, kafka = InMemoryChildren(), InMemoryTopicAdmin()
+    stray = {"kind": "Service", "metadata": {"name": "x", "namespace": "ns", "ownerReferences": []}}
+    await ReceiverHandlers(OperatorConfig()).child_changed(
+        type="DELETED", body=kopf.Body(stray), memo=receiver_memo(kube, kafka), namespace="ns"
+    )
+    assert kube.applied == [] and kafka.calls == []
+
+
+def subscription_body(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "team-a", "name": "checkout", "uid": "uid-1", "generation": 1,
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"metrics": ["org.apache.kafka.producer."], "intervalMs": 60000, **spec},
+    }
+
+
+def subscription_memo(kafka: InMemoryClientMetricsAdmin) -> kopf.Memo:
+    return kopf.Memo(admins=AdminPool("broker:9092", construct=lambda bootstrap, properties: kafka))
+
+
+async def test_subscription_change_and_delete_handlers_drive_the_broker() -> None:
+    """Given a subscription, When the change handler runs, Then the broker has its configs and the patch a
+    valid Ready=True status; When the delete handler runs, Then the configs are gone."""
+    kafka = InMemoryClientMetricsAdmin()
+    body = kopf.Body(subscription_body())
+    index = {name: [claim] for name, claim in claims_index(body=body).items()}
+    handlers = SubscriptionHandlers(OperatorConfig())
+    patch = kopf.Patch()
+    await handlers.on_change(body=body, patch=patch, memo=subscription_memo(kafka), retry=0, **{CLAIMS_INDEX: index})
+    status = dict(patch["status"])
+    ClientMetricsSubscriptionStatus.model_validate(status)
+    assert ready(status)["status"] == "True"
+    assert kafka.resources["checkout"]["metrics"] == "org.apache.kafka.producer."
+    await handlers.on_delete(body=body, memo=subscription_memo(kafka), retry=0, **{CLAIMS_INDEX: index})
+    assert "checkout" not in kafka.resources
+
+
+async def test_subscription_change_handler_retries_while_kafka_is_unreachable() -> None:
+    kafka = InMemoryClientMetricsAdmin(unreachable=True)
+    body = kopf.Body(subscription_body())
+    index = {name: [claim] for name, claim in claims_index(body=body).items()}
+    patch = kopf.Patch()
+    with pytest.raises(kopf.TemporaryError):
+        await SubscriptionHandlers(OperatorConfig()).on_change(
+            body=body, patch=patch, memo=subscription_memo(kafka), retry=0, **{CLAIMS_INDEX: index}
+        )
+    assert ready(dict(patch["status"]))["reason"] == "KafkaUnreachable"
