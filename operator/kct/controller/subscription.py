@@ -96,6 +96,69 @@ def _kafka_connection(spec: Mapping[str, Any]) -> KafkaConnection | None:
     return KafkaConnection.model_validate(raw) if raw else None
 
 
+def _interval_capped(spec: ClientMetricsSubscriptionSpec) -> tuple[bool, Reason, str]:
+    """IntervalCapped: the broker pushes at most every BROKER_MAX_EFFECTIVE_INTERVAL_MS, whatever is asked."""
+    cap = BROKER_MAX_EFFECTIVE_INTERVAL_MS
+    if spec.interval_ms > cap:
+        message = (
+            f"spec.intervalMs: {spec.interval_ms} exceeds the broker's cap of {cap} ms; "
+            f"clients will push every {cap} ms"
+        )
+        return True, Reason.INTERVAL_ABOVE_BROKER_CAP, message
+    message = f"spec.intervalMs: {spec.interval_ms} is within the broker's cap of {cap} ms"
+    return False, Reason.INTERVAL_WITHIN_BROKER_CAP, message
+
+
+def _broker_problem(
+    error: ConnectionProblem | KafkaAdminError,
+    spec: ClientMetricsSubscriptionSpec,
+    admin_for: AdminFactory,
+    name: str,
+    desired: Mapping[str, str],
+) -> tuple[Reason, str, float | None]:
+    """Ready's reason and message for a failed talk to the broker, and how much slower than usual to retry
+    (None: not at all)."""
+    if isinstance(error, ConnectionProblem):
+        return Reason.KAFKA_CONNECTION_INVALID, f"spec.kafka: {error}", 5.0
+    if isinstance(error, InvalidClientMetricsConfigError):
+        message = f"the broker refused CLIENT_METRICS {name!r} configs {dict(desired)}: {error}"
+        return Reason.KAFKA_REJECTED, message, None
+    reason = {
+        KafkaUnreachableError: Reason.KAFKA_UNREACHABLE,
+        KafkaNotAuthorizedError: Reason.KAFKA_NOT_AUTHORIZED,
+    }.get(type(error), Reason.KAFKA_ERROR)
+    slow = 5.0 if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
+    return reason, f"{reason}: {_servers(spec, admin_for)}: {error}", slow
+
+
+def _servers(spec: ClientMetricsSubscriptionSpec, admin_for: AdminFactory) -> str:
+    if spec.kafka:
+        return spec.kafka.bootstrap_servers
+    default = getattr(admin_for, "default_bootstrap", None)
+    return f"default cluster {default or ''}".strip()
+
+
+def _warning_if_new(previous_ready: Mapping[str, Any], reason: Reason, message: str) -> tuple[Event, ...]:
+    """One Warning event per new problem, not one per resync."""
+    unchanged = previous_ready.get("reason") == reason and previous_ready.get("message") == message
+    return () if unchanged else (Event("Warning", reason, message),)
+
+
+def _paused(resource: SubscriptionResource, conditions: list[dict[str, Any]], now: dt.datetime | None) -> Outcome:
+    """ReconciliationPaused=True and nothing else: the broker is not asked anything."""
+    conditions = set_condition(
+        conditions,
+        ConditionType.RECONCILIATION_PAUSED,
+        True,
+        Reason.PAUSED,
+        f"annotation {PAUSE_ANNOTATION}=true: the broker's configs are left alone",
+        observed_generation=resource.generation,
+        now=now,
+    )
+    # The pause is not a new observation of the spec: keep observedGeneration where it was.
+    return Outcome({"conditions": conditions, "subscriptionName": resource.subscription_name})
+
+
 def reconcile_subscription(
     resource: SubscriptionResource,
     claims: Iterable[Claim],
@@ -122,22 +185,10 @@ def reconcile_subscription(
     previous_ready = find_condition(conditions, ConditionType.READY) or {}
 
     def _on_change(reason: Reason, message: str) -> tuple[Event, ...]:
-        # One Warning event per new problem, not one per resync.
-        unchanged = previous_ready.get("reason") == reason and previous_ready.get("message") == message
-        return () if unchanged else (Event("Warning", reason, message),)
+        return _warning_if_new(previous_ready, reason, message)
 
     if resource.paused:
-        conditions = set_condition(
-            conditions,
-            ConditionType.RECONCILIATION_PAUSED,
-            True,
-            Reason.PAUSED,
-            f"annotation {PAUSE_ANNOTATION}=true: the broker's configs are left alone",
-            observed_generation=resource.generation,
-            now=now,
-        )
-        # The pause is not a new observation of the spec: keep observedGeneration where it was.
-        return Outcome({"conditions": conditions, "subscriptionName": name})
+        return _paused(resource, conditions, now)
     conditions = remove_condition(conditions, ConditionType.RECONCILIATION_PAUSED)
 
     try:
@@ -156,19 +207,13 @@ def reconcile_subscription(
         status["conditions"] = ready(False, Reason.CONFLICT, message)
         return Outcome(status, events=_on_change(Reason.CONFLICT, message), error=message)
 
-    capped = spec.interval_ms > BROKER_MAX_EFFECTIVE_INTERVAL_MS
+    capped, capped_reason, capped_message = _interval_capped(spec)
     conditions = set_condition(
         conditions,
         ConditionType.INTERVAL_CAPPED,
         capped,
-        Reason.INTERVAL_ABOVE_BROKER_CAP if capped else Reason.INTERVAL_WITHIN_BROKER_CAP,
-        (
-            f"spec.intervalMs: {spec.interval_ms} exceeds the broker's cap of {BROKER_MAX_EFFECTIVE_INTERVAL_MS} ms; "
-            f"clients will push every {BROKER_MAX_EFFECTIVE_INTERVAL_MS} ms"
-            if capped
-            else f"spec.intervalMs: {spec.interval_ms} is within the broker's cap "
-            f"of {BROKER_MAX_EFFECTIVE_INTERVAL_MS} ms"
-        ),
+        capped_reason,
+        capped_message,
         observed_generation=resource.generation,
         now=now,
     )
@@ -181,49 +226,36 @@ def reconcile_subscription(
         changes = config_changes(desired, actual)
         if changes:
             admin.alter_subscription(name, changes.set_configs, changes.delete_configs)
-    except ConnectionProblem as error:
-        message = f"spec.kafka: {error}"
-        status["conditions"] = ready(False, Reason.KAFKA_CONNECTION_INVALID, message)
-        return Outcome(status, retry_after=backoff(retry, backoff_base * 5, backoff_max), error=message)
-    except InvalidClientMetricsConfigError as error:
-        message = f"the broker refused CLIENT_METRICS {name!r} configs {desired}: {error}"
-        status["conditions"] = ready(False, Reason.KAFKA_REJECTED, message)
-        return Outcome(status, events=_on_change(Reason.KAFKA_REJECTED, message), error=message)
-    except KafkaAdminError as error:
-        reason = {
-            KafkaUnreachableError: Reason.KAFKA_UNREACHABLE,
-            KafkaNotAuthorizedError: Reason.KAFKA_NOT_AUTHORIZED,
-        }.get(type(error), Reason.KAFKA_ERROR)
-        default = getattr(admin_for, "default_bootstrap", None)
-        servers = spec.kafka.bootstrap_servers if spec.kafka else f"default cluster {default or ''}".strip()
-        message = f"{reason}: {servers}: {error}"
+    except (ConnectionProblem, KafkaAdminError) as error:
+        reason, message, slow = _broker_problem(error, spec, admin_for, name, desired)
         status["conditions"] = ready(False, reason, message)
-        slow = 5.0 if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
+        if slow is None:  # the broker refused the spec: retrying will not help, a new spec will
+            return Outcome(status, events=_on_change(reason, message), error=message)
         return Outcome(status, retry_after=backoff(retry, backoff_base * slow, backoff_max), error=message)
 
-    previously_applied = resource.status.get("appliedConfigs")
-    if changes and resync and previously_applied == desired:
-        count = int(resource.status.get("driftReverted") or 0) + 1
-        status["driftReverted"] = count
+    # A difference found by a resync, after the same configs were applied, was made outside the operator.
+    if changes and resync and resource.status.get("appliedConfigs") == desired:
+        status["driftReverted"] = int(resource.status.get("driftReverted") or 0) + 1
         status["lastDriftRevertedTime"] = stamp
-        found = {key: actual.get(key) for key in sorted(set(desired) | set(actual))}
-        events.append(
-            Event(
-                "Warning",
-                Reason.DRIFT_REVERTED,
-                f"CLIENT_METRICS {name!r} was changed outside the operator ({found}); restored {desired}",
-            )
-        )
+        events.append(_drift_event(name, desired, actual))
     verb = "applied" if changes else "already in effect"
     status["conditions"] = ready(True, Reason.RECONCILED, f"CLIENT_METRICS {name!r} {verb}: {desired}")
     status["appliedConfigs"] = desired
     status["lastSyncTime"] = stamp
-    status["bootstrapServers"] = getattr(admin, "bootstrap_servers", None) or (
-        spec.kafka.bootstrap_servers if spec.kafka else None
-    )
-    if status["bootstrapServers"] is None:
-        del status["bootstrapServers"]
+    status.update(_bootstrap_status(spec, admin))
     return Outcome(status, events=tuple(events))
+
+
+def _drift_event(name: str, desired: Mapping[str, str], actual: Mapping[str, str]) -> Event:
+    found = {key: actual.get(key) for key in sorted(set(desired) | set(actual))}
+    message = f"CLIENT_METRICS {name!r} was changed outside the operator ({found}); restored {dict(desired)}"
+    return Event("Warning", Reason.DRIFT_REVERTED, message)
+
+
+def _bootstrap_status(spec: ClientMetricsSubscriptionSpec, admin: ClientMetricsAdmin) -> dict[str, str]:
+    """`bootstrapServers`: the cluster the admin talked to (or the spec's), omitted when unknown."""
+    servers = getattr(admin, "bootstrap_servers", None) or (spec.kafka.bootstrap_servers if spec.kafka else None)
+    return {"bootstrapServers": servers} if servers else {}
 
 
 def delete_subscription(
