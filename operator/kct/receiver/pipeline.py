@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
 from kct.otlp import labels as L
 from kct.receiver.codec import Negotiated, decode_request, decompress
 from kct.receiver.config import ReceiverConfig
@@ -158,13 +160,7 @@ class Pipeline:
 
             id_source = "header"
             if instance_id is None:
-                instance_id = resource_attribute(request, INSTANCE_ID_ATTRIBUTES)
-                if instance_id is not None:
-                    id_source = "resource"
-                    box.ticket = self.limiter.acquire(instance_id, interval_ms, terminating, self._monotonic_ms())
-                else:
-                    id_source = "generated"
-                    instance_id = uuid.uuid4().hex
+                instance_id, id_source = self._instance_id_from(request, box, interval_ms, terminating)
                 record_headers.append((L.CLIENT_INSTANCE_ID.name, instance_id.encode()))
             if client_id is None:
                 client_id = resource_attribute(request, CLIENT_ID_ATTRIBUTES) or ""
@@ -213,6 +209,17 @@ class Pipeline:
                 self.limiter.release(box.ticket)
             if box.reserved:
                 self.admission.release(box.reserved)
+
+    def _instance_id_from(
+        self, request: ExportMetricsServiceRequest, box: _TicketBox, interval_ms: int | None, terminating: bool
+    ) -> tuple[str, str]:
+        """(client instance id, its source) for a push without the broker's header: the resource attribute
+        (then rate-limited like a header's), else a fresh id."""
+        found = resource_attribute(request, INSTANCE_ID_ATTRIBUTES)
+        if found is None:
+            return uuid.uuid4().hex, "generated"
+        box.ticket = self.limiter.acquire(found, interval_ms, terminating, self._monotonic_ms())
+        return found, "resource"
 
 
 def _quota_user(principal: str) -> str:

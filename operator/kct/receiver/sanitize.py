@@ -10,6 +10,7 @@ looks at point attributes when the privacy filter asks for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,30 +89,35 @@ def sanitize(
         for sm in rm.scope_metrics:
             if sm.HasField("scope"):
                 result.dropped_attributes += filt(sm.scope.attributes)
-            metrics = sm.metrics
-            dropped: list[int] = []
-            for i, metric in enumerate(metrics):
-                kind = metric.WhichOneof("data")
-                if kind is None:
-                    dropped.append(i)
-                    result.reject(0, f"metric {metric.name!r} has no data")
-                    continue
-                points = getattr(metric, kind).data_points
-                if not metric.name:
-                    dropped.append(i)
-                    result.reject(len(points), "metric without a name")
-                    continue
-                if check_points:
-                    _check_points(kind, points, metric.name, result)
-                result.data_points += len(points)
-                if filter_points:
-                    for point in points:
-                        if point.attributes:
-                            result.dropped_attributes += filt(point.attributes)
-            for i in reversed(dropped):
-                del metrics[i]
-            result.dropped_metrics += len(dropped)
+            _sanitize_metrics(sm.metrics, result, filt if filter_points else None, check_points)
     return result
+
+
+def _sanitize_metrics(
+    metrics: Any, result: SanitizeResult, filt: Callable[[MutableSequence[Any]], int] | None, check_points: bool
+) -> None:
+    """One scope's metrics: drop those without data or name, check and count their points, and filter the
+    points' attributes (`filt` None: not needed)."""
+    dropped: list[int] = []
+    for i, metric in enumerate(metrics):
+        kind = metric.WhichOneof("data")
+        if kind is None:
+            dropped.append(i)
+            result.reject(0, f"metric {metric.name!r} has no data")
+            continue
+        points = getattr(metric, kind).data_points
+        if not metric.name:
+            dropped.append(i)
+            result.reject(len(points), "metric without a name")
+            continue
+        if check_points:
+            _check_points(kind, points, metric.name, result)
+        result.data_points += len(points)
+        if filt is not None:
+            result.dropped_attributes += sum(filt(point.attributes) for point in points if point.attributes)
+    for i in reversed(dropped):
+        del metrics[i]
+    result.dropped_metrics += len(dropped)
 
 
 def resource_attribute(request: ExportMetricsServiceRequest, keys: tuple[str, ...]) -> str | None:
