@@ -78,6 +78,30 @@ def _watermarks(options: dict[str, str]) -> dict[int, tuple[int, int]]:
         consumer.close()
 
 
+def _append_records(msgs: list[Any], cols: dict[str, list[Any]], topic: str, rng: _Range, eof_code: int) -> bool:
+    """Append the consumed messages of `rng` to the columns; True once the range's end is reached."""
+    for msg in msgs:
+        err = msg.error()
+        if err is not None:
+            if err.code() == eof_code:
+                continue
+            raise RuntimeError(f"kafka source: {err}")
+        offset = int(msg.offset() or 0)
+        if offset >= rng.end:
+            return True
+        cols["key"].append(msg.key())
+        cols["value"].append(msg.value())
+        cols["topic"].append(topic)
+        cols["partition"].append(rng.partition)
+        cols["offset"].append(offset)
+        cols["timestamp"].append(msg.timestamp()[1] * 1000)
+        headers: Any = msg.headers() or ()
+        cols["headers"].append([{"key": k, "value": v} for k, v in headers])
+        if offset >= rng.end - 1:
+            return True
+    return False
+
+
 def _read_range(options: dict[str, str], rng: _Range) -> Iterator[Any]:
     """Records [start, end) of one partition as Arrow batches of RAW_SCHEMA_DDL."""
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -109,27 +133,7 @@ def _read_range(options: dict[str, str], rng: _Range) -> Iterator[Any]:
                     raise RuntimeError(f"kafka source: no progress on {topic}-{rng.partition} at {position}")
                 continue
             last_progress = time.monotonic()
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise RuntimeError(f"kafka source: {err}")
-                offset = int(msg.offset() or 0)
-                if offset >= rng.end:
-                    done = True
-                    break
-                cols["key"].append(msg.key())
-                cols["value"].append(msg.value())
-                cols["topic"].append(topic)
-                cols["partition"].append(rng.partition)
-                cols["offset"].append(offset)
-                cols["timestamp"].append(msg.timestamp()[1] * 1000)
-                headers: Any = msg.headers() or ()
-                cols["headers"].append([{"key": k, "value": v} for k, v in headers])
-                if offset >= rng.end - 1:
-                    done = True
-                    break
+            done = _append_records(msgs, cols, topic, rng, KafkaError._PARTITION_EOF)
             if len(cols["offset"]) >= _BATCH_ROWS or (done and cols["offset"]):
                 yield pa.RecordBatch.from_pydict(cols, schema=schema)
                 cols = {name: [] for name in schema.names}
