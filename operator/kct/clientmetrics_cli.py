@@ -85,14 +85,12 @@ def subscription_manifest(subscription_name: str, spec: Mapping[str, Any], names
 
 def managed_subscriptions(kubeconfig_context: str | None = None) -> dict[str, list[str]]:
     """Subscription name -> `namespace/name` of every resource claiming it, across all namespaces."""
-    from kubernetes import client, config
+    from kubernetes import client
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config(context=kubeconfig_context)  # type: ignore[no-untyped-call]
+    from kct.controller.kube_config import kube_api_client
+
     definition = CLIENT_METRICS_SUBSCRIPTION
-    listing: Any = client.CustomObjectsApi().list_cluster_custom_object(
+    listing: Any = client.CustomObjectsApi(kube_api_client(kubeconfig_context)).list_cluster_custom_object(
         definition.group, definition.version, definition.plural
     )
     items: list[dict[str, Any]] = listing["items"]

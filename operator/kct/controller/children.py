@@ -76,15 +76,12 @@ class KubernetesChildren:
     """`ChildrenClient` over the official client (in-cluster config, else KUBECONFIG)."""
 
     def __init__(self, api_client: Any = None) -> None:
-        from kubernetes import client, config
         from kubernetes.dynamic import DynamicClient
 
+        from kct.controller.kube_config import kube_api_client
+
         if api_client is None:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
-            api_client = client.ApiClient()
+            api_client = kube_api_client()
         self._dynamic = DynamicClient(api_client)  # type: ignore[no-untyped-call]
         self._lock = threading.Lock()
 

@@ -38,13 +38,11 @@ class KubernetesSecretReader:
     """Reads Secrets with the official client (in-cluster config, else KUBECONFIG)."""
 
     def __init__(self) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        self._core = client.CoreV1Api()
+        from kct.controller.kube_config import kube_api_client
+
+        self._core = client.CoreV1Api(kube_api_client())
 
     def read(self, namespace: str, name: str) -> tuple[str, dict[str, str]]:
         from kubernetes.client.exceptions import ApiException
