@@ -405,7 +405,8 @@ def test_operator_restart_converges_and_pause_is_honoured(
 ) -> None:
     """Given a receiver, When the operator is stopped, the spec edited and the operator started again, Then
     the change is applied (observedGeneration catches up); When paused, Then a hand-deleted child stays
-    deleted and ReconciliationPaused=True; When unpaused, Then it comes back."""
+    deleted, a spec edit is seen (ReconciliationPaused observes the new generation) but neither applied nor
+    sent to the broker; When unpaused, Then the child comes back and the topic grows."""
     topic = unique("kct-tr-e2e")
     manifest = example_manifest(stack, topic={"name": topic, "partitions": 1}, aggregation={"enabled": False})
     manifest["metadata"]["name"] = "restart"
@@ -443,8 +444,21 @@ def test_operator_restart_converges_and_pause_is_honoured(
         ),
         what="ReconciliationPaused",
     )
+    # While paused: a child deleted by hand and the topic's partitions raised in the spec (generation 3).
     kubectl.run("delete", "service", "restart-receiver", "-n", namespace)
-    time.sleep(RESYNC_SECONDS * 2 + 1)
+    manifest["spec"]["topic"] = {"name": topic, "partitions": 2}
+    kubectl.apply(manifest, "-n", namespace)
+    eventually(
+        lambda: kubectl.condition("telemetryreceiver", "restart", namespace, "ReconciliationPaused").get(
+            "observedGeneration"
+        )
+        == 3,
+        what="the operator to see generation 3 while paused",
+    )
+    time.sleep(RESYNC_SECONDS + 1)  # and a resync after that: still hands off
     assert not kubectl.exists("service", "restart-receiver", namespace)
+    assert topic_partitions(stack.kafka_bootstrap, topic) == 1
+    assert (kubectl.get_json("telemetryreceiver", "restart", namespace) or {})["status"]["observedGeneration"] == 2
     kubectl.run("annotate", "telemetryreceiver", "restart", "-n", namespace, "telemetry.kct.dev/paused-")
     eventually(lambda: kubectl.exists("service", "restart-receiver", namespace), what="the Service after unpausing")
+    eventually(lambda: topic_partitions(stack.kafka_bootstrap, topic) == 2, what="the topic grown after unpausing")

@@ -211,19 +211,26 @@ def test_lifecycle_apply_edit_drift_delete(kubectl: Kubectl, broker: Broker, ope
 
 
 def test_pause_annotation(kubectl: Kubectl, broker: Broker, operator_process: Any, namespace: str) -> None:
-    """Given a Ready resource, When paused and its config changed on the broker, Then the change stays
-    across resyncs; When unpaused, Then it is reverted."""
+    """Given a Ready resource, When paused, its config changed on the broker and its spec edited, Then the
+    operator sees the edit (ReconciliationPaused observes generation 2) yet leaves the broker alone, across a
+    resync too, and status.observedGeneration stays 1; When unpaused, Then the edit reaches the broker."""
     name = unique("paused")
     kubectl.apply(manifest(namespace, name, metrics=["a."], intervalMs=60000, match=_no_match()))
     kubectl.run("wait", f"cms/{name}", "-n", namespace, "--for=condition=Ready", "--timeout=60s")
     kubectl.run("annotate", "cms", name, "-n", namespace, "telemetry.kct.dev/paused=true")
     kubectl.run("wait", f"cms/{name}", "-n", namespace, "--for=condition=ReconciliationPaused", "--timeout=30s")
     broker.set(name, {"interval.ms": "7777"})
-    time.sleep(RESYNC_SECONDS * 2 + 1)
+    kubectl.apply(manifest(namespace, name, metrics=["a."], intervalMs=30000, match=_no_match()))
+    eventually(lambda: kubectl.condition(CMS, name, namespace, "ReconciliationPaused").get("observedGeneration") == 2,
+               timeout=30, what="the operator to see generation 2 while paused")
+    time.sleep(RESYNC_SECONDS + 1)  # and a resync after that: still hands off
     assert broker.configs(name)["interval.ms"] == "7777"
+    assert kubectl.get(CMS, name, namespace)["status"]["observedGeneration"] == 1
     kubectl.run("annotate", "cms", name, "-n", namespace, "telemetry.kct.dev/paused-")
-    eventually(lambda: broker.configs(name).get("interval.ms") == "60000", timeout=RESYNC_SECONDS * 2 + 10,
-               what="the paused change to be reverted after unpausing")
+    eventually(lambda: broker.configs(name).get("interval.ms") == "30000", timeout=RESYNC_SECONDS * 2 + 10,
+               what="the edit made while paused to reach the broker after unpausing")
+    eventually(lambda: kubectl.get(CMS, name, namespace)["status"].get("observedGeneration") == 2,
+               timeout=30, what="observedGeneration 2 after unpausing")
 
 
 def test_client_metrics_cli_marks_unmanaged(stack: Any, kubectl: Kubectl, broker: Broker, operator_process: Any,
