@@ -43,6 +43,20 @@ def make_records() -> list[Any]:
 
 def recompute(records: list[Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Plain Python over the protobuf messages."""
+    series, kinds = _series(records)
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for key, pts in series.items():
+        pts.sort()
+        by_window: dict[int, list[int]] = defaultdict(list)
+        for i, (t, _, _) in enumerate(pts):
+            by_window[t // S // WINDOW * WINDOW].append(i)
+        for w, idxs in by_window.items():
+            out[(*key, w)] = _window_row(kinds[key], pts, idxs, w)
+    return out
+
+
+def _series(records: list[Any]) -> tuple[dict[tuple[Any, ...], list[tuple[int, int, Any]]], dict[tuple[Any, ...], str]]:
+    """(time, start time, value) per (instance, metric, attributes), and each series' kind."""
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
     series: dict[tuple[Any, ...], list[tuple[int, int, Any]]] = defaultdict(list)
@@ -50,64 +64,55 @@ def recompute(records: list[Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
     for rec in records:
         instance = dict(rec.headers)["client_instance_id"].decode()
         req = ExportMetricsServiceRequest.FromString(rec.value)
-        for rm in req.resource_metrics:
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    kind = m.WhichOneof("data")
-                    points = getattr(m, kind).data_points
-                    for p in points:
-                        pairs = sorted((a.key, a.value.string_value) for a in p.attributes)
-                        attrs = ",".join(f"{k}={v}" for k, v in pairs)
-                        key = (instance, m.name, attrs)
-                        kinds[key] = kind
-                        if kind == "histogram":
-                            val: Any = (list(p.bucket_counts), p.count, p.sum)
-                        else:
-                            val = p.as_double if p.WhichOneof("value") == "as_double" else float(p.as_int)
-                        series[key].append((p.time_unix_nano, p.start_time_unix_nano, val))
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for key, pts in series.items():
-        pts.sort()
-        kind = kinds[key]
-        by_window: dict[int, list[int]] = defaultdict(list)
-        for i, (t, _, _) in enumerate(pts):
-            by_window[t // S // WINDOW * WINDOW].append(i)
-        for w, idxs in by_window.items():
-            row: dict[str, Any] = {}
-            if kind == "gauge":
-                vals = [pts[i][2] for i in idxs]
-                row = {"last": vals[-1], "min": min(vals), "max": max(vals), "avg": sum(vals) / len(vals)}
-            else:
-                delta: Any = 0.0 if kind == "sum" else None
-                first = idxs[0]
-                prev = first - 1 if first > 0 and pts[first - 1][0] // S >= w - LOOKBACK * WINDOW else None
-                for i in idxs:
-                    t, start, cur = pts[i]
-                    if prev is None:
-                        fresh = start > 0 and start // S >= w - LOOKBACK * WINDOW
-                        inc = cur if fresh else (0.0 if kind == "sum" else ([0] * len(cur[0]), 0, 0.0))
-                    else:
-                        _, pstart, pv = pts[prev]
-                        if kind == "sum":
-                            reset = cur < pv or start != pstart
-                            inc = cur if reset else cur - pv
-                        else:
-                            reset = cur[1] < pv[1] or start != pstart
-                            inc = cur if reset else ([a - b for a, b in zip(cur[0], pv[0], strict=True)],
-                                                     cur[1] - pv[1], cur[2] - pv[2])
-                    if kind == "sum":
-                        delta += inc
-                    else:
-                        delta = inc if delta is None else (
-                            [a + b for a, b in zip(delta[0], inc[0], strict=True)],
-                            delta[1] + inc[1], delta[2] + inc[2])
-                    prev = i
-                if kind == "sum":
-                    row = {"delta": delta}
-                else:
-                    row = {"buckets": delta[0], "count": delta[1], "sum": delta[2], "p50": quantile(0.5, delta[0])}
-            out[(*key, w)] = row
-    return out
+        metrics = [m for rm in req.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
+        for m in metrics:
+            kind = m.WhichOneof("data")
+            for p in getattr(m, kind).data_points:
+                pairs = sorted((a.key, a.value.string_value) for a in p.attributes)
+                key = (instance, m.name, ",".join(f"{k}={v}" for k, v in pairs))
+                kinds[key] = kind
+                series[key].append((p.time_unix_nano, p.start_time_unix_nano, _point_value(kind, p)))
+    return series, kinds
+
+
+def _point_value(kind: str, p: Any) -> Any:
+    if kind == "histogram":
+        return (list(p.bucket_counts), p.count, p.sum)
+    return p.as_double if p.WhichOneof("value") == "as_double" else float(p.as_int)
+
+
+def _window_row(kind: str, pts: list[tuple[int, int, Any]], idxs: list[int], w: int) -> dict[str, Any]:
+    if kind == "gauge":
+        vals = [pts[i][2] for i in idxs]
+        return {"last": vals[-1], "min": min(vals), "max": max(vals), "avg": sum(vals) / len(vals)}
+    delta: Any = 0.0 if kind == "sum" else None
+    first = idxs[0]
+    prev = first - 1 if first > 0 and pts[first - 1][0] // S >= w - LOOKBACK * WINDOW else None
+    for i in idxs:
+        inc = _increment(kind, pts, prev, i, w)
+        if kind == "sum":
+            delta += inc
+        else:
+            delta = inc if delta is None else (
+                [a + b for a, b in zip(delta[0], inc[0], strict=True)], delta[1] + inc[1], delta[2] + inc[2])
+        prev = i
+    if kind == "sum":
+        return {"delta": delta}
+    return {"buckets": delta[0], "count": delta[1], "sum": delta[2], "p50": quantile(0.5, delta[0])}
+
+
+def _increment(kind: str, pts: list[tuple[int, int, Any]], prev: int | None, i: int, w: int) -> Any:
+    """How much point `i` adds over point `prev` (None: the first point seen in the lookback)."""
+    _, start, cur = pts[i]
+    if prev is None:
+        fresh = start > 0 and start // S >= w - LOOKBACK * WINDOW
+        return cur if fresh else (0.0 if kind == "sum" else ([0] * len(cur[0]), 0, 0.0))
+    _, pstart, pv = pts[prev]
+    if kind == "sum":
+        return cur if cur < pv or start != pstart else cur - pv
+    if cur[1] < pv[1] or start != pstart:
+        return cur
+    return ([a - b for a, b in zip(cur[0], pv[0], strict=True)], cur[1] - pv[1], cur[2] - pv[2])
 
 
 def quantile(q: float, counts: list[int]) -> float | None:
