@@ -24,7 +24,7 @@ $(INSTALLED): pyproject.toml
 
 venv: $(INSTALLED)  ## create or update .venv
 
-lint: venv  ## ruff, import-linter's layer contracts, mypy --strict, hadolint
+lint: venv  ## ruff (with the complexity check C901), import-linter's layer contracts, mypy --strict, hadolint
 	$(VENV)/bin/ruff check operator tests bench dev
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
