@@ -1,5 +1,6 @@
-"""What both controllers share: the outcome of a reconcile, its events, retry backoff, and how a
-validation error reads to a user.
+"""What both controllers share: the outcome of a reconcile, its events, retry backoff, how a step
+stops a reconcile (`StopReconcile`) and how that reads in status, and how a validation error reads to a
+user.
 
 The reconcile functions (`kct.controller.subscription`, `kct.controller.receiver`) are plain blocking
 functions that return an `Outcome`; the kopf handlers turn it into a status patch, events and retries.
@@ -8,12 +9,25 @@ Nothing here imports kopf or a client, so the reconciles stay testable with in-m
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["ConnectionProblem", "Event", "Outcome", "backoff", "format_validation_error"]
+from kct.controller.conditions import ConditionType, Reason, find_condition, remove_condition, set_condition
+
+__all__ = [
+    "ConditionTracker",
+    "ConnectionProblem",
+    "Event",
+    "Outcome",
+    "StopReconcile",
+    "backoff",
+    "format_validation_error",
+    "stopped_outcome",
+]
 
 
 class ConnectionProblem(ValueError):
@@ -52,3 +66,72 @@ def format_validation_error(error: ValidationError, prefix: str = "spec") -> str
         shown = "" if isinstance(value, dict | list) or value is None or repr(value) in message else f" (got {value!r})"
         lines.append(f"{location}: {message}{shown}")
     return "; ".join(lines)
+
+
+class StopReconcile(Exception):
+    """A reconcile step cannot go on: Ready=False with `reason` and `message`.
+
+    `retry_scale` multiplies the backoff base (None: do not retry, the spec must change first); `warn`
+    posts a Warning event when the problem is new; `also` names another condition set False with it
+    (e.g. TopicReady)."""
+
+    def __init__(
+        self,
+        reason: Reason,
+        message: str,
+        *,
+        retry_scale: float | None = None,
+        warn: bool = True,
+        also: ConditionType | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.retry_scale = retry_scale
+        self.warn = warn
+        self.also = also
+
+
+class ConditionTracker:
+    """A resource's conditions as one reconcile updates them (lastTransitionTime kept when unchanged)."""
+
+    def __init__(self, conditions: Iterable[Mapping[str, Any]] | None, generation: int, now: dt.datetime | None):
+        self.items: list[dict[str, Any]] = [dict(c) for c in conditions or ()]
+        self.generation = generation
+        self.now = now
+
+    def set(self, type_: str, ok: bool, reason: Reason, message: str) -> None:
+        self.items = set_condition(self.items, type_, ok, reason, message, observed_generation=self.generation,
+                                   now=self.now)
+
+    def remove(self, type_: str) -> None:
+        self.items = remove_condition(self.items, type_)
+
+    def find(self, type_: str) -> Mapping[str, Any] | None:
+        return find_condition(self.items, type_)
+
+    def is_new(self, type_: str, reason: Reason, message: str) -> bool:
+        found = self.find(type_) or {}
+        return (found.get("reason"), found.get("message")) != (str(reason), message)
+
+
+def stopped_outcome(
+    stop: StopReconcile,
+    conditions: ConditionTracker,
+    status: Mapping[str, Any],
+    events: Iterable[Event],
+    retry_in: Callable[[float], float],
+) -> Outcome:
+    """Ready=False for the step that stopped, with one Warning event per new problem (not one per resync)
+    and a retry when the step asked for one. `status` is what the earlier steps found."""
+    news = conditions.is_new(ConditionType.READY, stop.reason, stop.message)
+    if stop.also is not None:
+        conditions.set(stop.also, False, stop.reason, stop.message)
+    conditions.set(ConditionType.READY, False, stop.reason, stop.message)
+    warning = (Event("Warning", stop.reason, stop.message),) if stop.warn and news else ()
+    return Outcome(
+        {**status, "conditions": conditions.items},
+        events=(*events, *warning),
+        retry_after=retry_in(stop.retry_scale) if stop.retry_scale is not None else None,
+        error=stop.message,
+    )

@@ -24,8 +24,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import secrets
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -36,12 +36,18 @@ from kct.controller.children import ApplyRefused, ChildrenClient, KindNotInstall
 from kct.controller.conditions import (
     ConditionType,
     Reason,
-    find_condition,
     now_rfc3339,
-    remove_condition,
-    set_condition,
 )
-from kct.controller.kernel import ConnectionProblem, Event, Outcome, backoff, format_validation_error
+from kct.controller.kernel import (
+    ConditionTracker,
+    ConnectionProblem,
+    Event,
+    Outcome,
+    StopReconcile,
+    backoff,
+    format_validation_error,
+    stopped_outcome,
+)
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
 from kct.kafka.errors import (
     InvalidClientMetricsConfigError,
@@ -81,29 +87,6 @@ KAFKA_SLOWDOWN: Final = 5.0
 
 class ReceiverResource(ResourceView):
     """The parts of a TelemetryReceiver body that reconciliation reads."""
-
-
-class StopReconcile(Exception):
-    """A step cannot go on: Ready=False with `reason` and `message`.
-
-    `retry_scale` multiplies the backoff base (None: do not retry, the spec must change first); `warn`
-    posts a Warning event when the problem is new; `topic_condition` also sets TopicReady=False."""
-
-    def __init__(
-        self,
-        reason: Reason,
-        message: str,
-        *,
-        retry_scale: float | None = None,
-        warn: bool = True,
-        topic_condition: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.retry_scale = retry_scale
-        self.warn = warn
-        self.topic_condition = topic_condition
 
 
 def topic_configs(spec: TelemetryReceiverSpec) -> dict[str, str]:
@@ -306,7 +289,7 @@ def _kafka_stop(error: KafkaAdminError, bootstrap: str) -> StopReconcile:
     scale = KAFKA_SLOWDOWN if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
     # No Warning event: an outage is reported in status and retried, not announced on every try.
     return StopReconcile(
-        reason, f"{reason}: {bootstrap}: {error}", retry_scale=scale, warn=False, topic_condition=True
+        reason, f"{reason}: {bootstrap}: {error}", retry_scale=scale, warn=False, also=ConditionType.TOPIC_READY
     )
 
 
@@ -338,7 +321,7 @@ def sync_topic(plan: ReceiverPlan, admin_for: TopicAdminFactory, namespace: str)
     except InvalidClientMetricsConfigError as error:
         message = f"spec.topic: the broker refused topic {topic.name!r}: {error}"
         raise StopReconcile(
-            Reason.KAFKA_REJECTED, message, retry_scale=KAFKA_SLOWDOWN, topic_condition=True
+            Reason.KAFKA_REJECTED, message, retry_scale=KAFKA_SLOWDOWN, also=ConditionType.TOPIC_READY
         ) from None
     except KafkaAdminError as error:
         raise _kafka_stop(error, plan.bootstrap) from None
@@ -349,51 +332,13 @@ def sync_topic(plan: ReceiverPlan, admin_for: TopicAdminFactory, namespace: str)
 # ------------------------------------------------------------------------------------ status
 
 
-@dataclass
-class _Conditions:
-    """The resource's conditions as this reconcile updates them (lastTransitionTime kept when unchanged)."""
-
-    items: list[dict[str, Any]]
-    generation: int
-    now: dt.datetime | None
-    previous: Mapping[str, Any] = field(default_factory=dict)
-
-    def set(self, type_: str, ok: bool, reason: Reason, message: str) -> None:
-        self.items = set_condition(
-            self.items, type_, ok, reason, message, observed_generation=self.generation, now=self.now
-        )
-
-    def remove(self, type_: str) -> None:
-        self.items = remove_condition(self.items, type_)
-
-    def is_new(self, type_: str, reason: Reason, message: str) -> bool:
-        found = find_condition(self.items, type_) or {}
-        return (found.get("reason"), found.get("message")) != (str(reason), message)
-
-
 def _status(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The status patch, checked against the CRD's status model (a field the schema lacks is a bug here,
     not something for the API server to prune silently)."""
     return TelemetryReceiverStatus.model_validate(dict(fields)).to_kube()
 
 
-def _stopped(stop: StopReconcile, conditions: _Conditions, status: Mapping[str, Any], events: Iterable[Event],
-             retry_after: Callable[[float], float]) -> Outcome:
-    """Ready=False for the step that stopped; one Warning event per new problem, not one per resync."""
-    news = conditions.is_new(ConditionType.READY, stop.reason, stop.message)
-    if stop.topic_condition:
-        conditions.set(ConditionType.TOPIC_READY, False, stop.reason, stop.message)
-    conditions.set(ConditionType.READY, False, stop.reason, stop.message)
-    warning = (Event("Warning", stop.reason, stop.message),) if stop.warn and news else ()
-    return Outcome(
-        _status({**status, "conditions": conditions.items}),
-        events=(*events, *warning),
-        retry_after=retry_after(stop.retry_scale) if stop.retry_scale is not None else None,
-        error=stop.message,
-    )
-
-
-def _aggregation_condition(plan: ReceiverPlan, spark_missing: bool, conditions: _Conditions) -> None:
+def _aggregation_condition(plan: ReceiverPlan, spark_missing: bool, conditions: ConditionTracker) -> None:
     aggregation = plan.spec.aggregation
     if aggregation is None or not aggregation.enabled:
         conditions.remove(ConditionType.AGGREGATION_READY)
@@ -426,7 +371,7 @@ def _children_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str, 
     return fields
 
 
-def _topic_conditions(plan: ReceiverPlan, topic: TopicResult, conditions: _Conditions) -> list[Event]:
+def _topic_conditions(plan: ReceiverPlan, topic: TopicResult, conditions: ConditionTracker) -> list[Event]:
     """TopicReady and PartitionsShrinkRefused (warned once, not on every resync)."""
     spec_topic = plan.spec.topic
     message = f"topic {spec_topic.name!r} has {topic.partitions} partitions on {plan.bootstrap}"
@@ -440,13 +385,13 @@ def _topic_conditions(plan: ReceiverPlan, topic: TopicResult, conditions: _Condi
         f"spec.topic.partitions: {asked} is below the topic's {has} partitions; Kafka cannot remove "
         f"partitions, so the topic keeps {has} (recreate the topic to shrink it)"
     )
-    previous = find_condition(conditions.items, ConditionType.PARTITIONS_SHRINK_REFUSED)
+    previous = conditions.find(ConditionType.PARTITIONS_SHRINK_REFUSED)
     warn = previous is None or previous.get("status") != "True"
     conditions.set(ConditionType.PARTITIONS_SHRINK_REFUSED, True, Reason.PARTITIONS_SHRINK_REFUSED, message)
     return [Event("Warning", Reason.PARTITIONS_SHRINK_REFUSED, message)] if warn else []
 
 
-def _ready_condition(plan: ReceiverPlan, applied: AppliedChildren, conditions: _Conditions) -> None:
+def _ready_condition(plan: ReceiverPlan, applied: AppliedChildren, conditions: ConditionTracker) -> None:
     """Ready: the Deployment has every wanted pod available and the topic is present."""
     available, _, _, rollout = _deployment_progress(applied.bodies.get("Deployment", {}), plan.wanted_replicas)
     deployment = plan.names.receiver
@@ -475,7 +420,7 @@ def reconcile_receiver(
     new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
 ) -> Outcome:
     """Make the children and the topic follow `resource`'s spec, and say how far that got."""
-    conditions = _Conditions(list(resource.status.get("conditions") or []), resource.generation, now)
+    conditions = ConditionTracker(resource.status.get("conditions"), resource.generation, now)
     if resource.paused:
         message = f"annotation {PAUSE_ANNOTATION}=true: children and topic are left alone"
         conditions.set(ConditionType.RECONCILIATION_PAUSED, True, Reason.PAUSED, message)
@@ -498,7 +443,8 @@ def reconcile_receiver(
         # The topic after the children: a Kafka outage must not keep the Deployment from being fixed.
         topic = sync_topic(plan, topic_admin_for, resource.namespace)
     except StopReconcile as stop:
-        return _stopped(stop, conditions, status, events, retry_in)
+        outcome = stopped_outcome(stop, conditions, status, events, retry_in)
+        return Outcome(_status(outcome.status), outcome.events, outcome.retry_after, outcome.error)
     events += topic.events
     status["topic"] = {
         "name": spec.topic.name,

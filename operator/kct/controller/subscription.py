@@ -1,10 +1,12 @@
 """Reconciling one ClientMetricsSubscription, without kopf.
 
-`reconcile_subscription` reads top to bottom: pause? -> parse the spec -> who owns the subscription
-name? -> desired configs (pure) -> describe the broker -> alter what differs -> status. It is a plain
-blocking function over the admin port, so unit tests drive it with the in-memory fake and the kopf
-handlers (`kct.controller.handlers`) run it in a thread and only translate its `Outcome` into a
-status patch, events and retries.
+`reconcile_subscription` reads top to bottom, one named step each: pause? -> `parse_spec` ->
+`check_ownership` (who owns the subscription name?) -> desired configs (pure) -> `sync_configs` (describe
+the broker, alter what differs) -> status, validated by the `ClientMetricsSubscriptionStatus` model. A step
+that cannot go on raises `StopReconcile` (`kct.controller.kernel`). It is a plain blocking function over
+the admin port, so unit tests drive it with the in-memory fake and the kopf handlers
+(`kct.controller.handlers`) run it in a thread and only translate its `Outcome` into a status patch,
+events and retries.
 
 Ownership: CLIENT_METRICS configs cannot carry an owner marker, so when several resources claim one
 subscription name the oldest (by creationTimestamp, then namespace/name) owns it; the others get
@@ -16,25 +18,29 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
 
+from kct.api.status import ClientMetricsSubscriptionStatus
 from kct.api.subscription import (
     BROKER_MAX_EFFECTIVE_INTERVAL_MS,
     ClientMetricsSubscriptionSpec,
     KafkaConnection,
     effective_subscription_name,
 )
-from kct.controller.conditions import (
-    ConditionType,
-    Reason,
-    find_condition,
-    now_rfc3339,
-    remove_condition,
-    set_condition,
+from kct.controller.conditions import ConditionType, Reason, now_rfc3339
+from kct.controller.kernel import (
+    ConditionTracker,
+    ConnectionProblem,
+    Event,
+    Outcome,
+    StopReconcile,
+    backoff,
+    format_validation_error,
+    stopped_outcome,
 )
-from kct.controller.kernel import ConnectionProblem, Event, Outcome, backoff, format_validation_error
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
 from kct.kafka.clientmetrics import config_changes, desired_configs
 from kct.kafka.errors import (
@@ -49,13 +55,15 @@ __all__ = [
     "PAUSE_ANNOTATION",
     "AdminFactory",
     "Claim",
+    "ConfigSync",
     "SubscriptionResource",
+    "check_ownership",
     "delete_subscription",
     "owner_of",
+    "parse_spec",
     "reconcile_subscription",
+    "sync_configs",
 ]
-
-
 
 # (connection from the spec or None for the default cluster, the resource's namespace) -> admin
 AdminFactory = Callable[[KafkaConnection | None, str], ClientMetricsAdmin]
@@ -109,28 +117,6 @@ def _interval_capped(spec: ClientMetricsSubscriptionSpec) -> tuple[bool, Reason,
     return False, Reason.INTERVAL_WITHIN_BROKER_CAP, message
 
 
-def _broker_problem(
-    error: ConnectionProblem | KafkaAdminError,
-    spec: ClientMetricsSubscriptionSpec,
-    admin_for: AdminFactory,
-    name: str,
-    desired: Mapping[str, str],
-) -> tuple[Reason, str, float | None]:
-    """Ready's reason and message for a failed talk to the broker, and how much slower than usual to retry
-    (None: not at all)."""
-    if isinstance(error, ConnectionProblem):
-        return Reason.KAFKA_CONNECTION_INVALID, f"spec.kafka: {error}", 5.0
-    if isinstance(error, InvalidClientMetricsConfigError):
-        message = f"the broker refused CLIENT_METRICS {name!r} configs {dict(desired)}: {error}"
-        return Reason.KAFKA_REJECTED, message, None
-    reason = {
-        KafkaUnreachableError: Reason.KAFKA_UNREACHABLE,
-        KafkaNotAuthorizedError: Reason.KAFKA_NOT_AUTHORIZED,
-    }.get(type(error), Reason.KAFKA_ERROR)
-    slow = 5.0 if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
-    return reason, f"{reason}: {_servers(spec, admin_for)}: {error}", slow
-
-
 def _servers(spec: ClientMetricsSubscriptionSpec, admin_for: AdminFactory) -> str:
     if spec.kafka:
         return spec.kafka.bootstrap_servers
@@ -138,25 +124,83 @@ def _servers(spec: ClientMetricsSubscriptionSpec, admin_for: AdminFactory) -> st
     return f"default cluster {default or ''}".strip()
 
 
-def _warning_if_new(previous_ready: Mapping[str, Any], reason: Reason, message: str) -> tuple[Event, ...]:
-    """One Warning event per new problem, not one per resync."""
-    unchanged = previous_ready.get("reason") == reason and previous_ready.get("message") == message
-    return () if unchanged else (Event("Warning", reason, message),)
+def parse_spec(resource: SubscriptionResource) -> ClientMetricsSubscriptionSpec:
+    """The spec as a strict model; a problem names the field and stops before Kafka is asked anything."""
+    try:
+        return ClientMetricsSubscriptionSpec.model_validate(dict(resource.spec))
+    except ValidationError as error:
+        message = f"{format_validation_error(error)}; nothing was sent to Kafka"
+        raise StopReconcile(Reason.INVALID_SPEC, message) from None
 
 
-def _paused(resource: SubscriptionResource, conditions: list[dict[str, Any]], now: dt.datetime | None) -> Outcome:
+def check_ownership(resource: SubscriptionResource, claims: Iterable[Claim]) -> None:
+    """Only the oldest claimant of a subscription name touches the broker; the others stop here."""
+    owner = owner_of(claims)
+    if owner is not None and owner.uid != resource.uid:
+        message = (
+            f"CLIENT_METRICS subscription {resource.subscription_name!r} is already managed by {owner.ref} "
+            f"(created {owner.creation_timestamp}); this resource leaves it alone"
+        )
+        raise StopReconcile(Reason.CONFLICT, message)
+
+
+@dataclass(frozen=True)
+class ConfigSync:
+    """The broker's configs before `sync_configs` altered them, and what it changed."""
+
+    actual: Mapping[str, str]
+    changed: bool
+    bootstrap_servers: str | None
+
+
+def sync_configs(
+    spec: ClientMetricsSubscriptionSpec,
+    desired: Mapping[str, str],
+    admin_for: AdminFactory,
+    namespace: str,
+    name: str,
+) -> ConfigSync:
+    """Describe the CLIENT_METRICS resource and alter what differs from `desired`."""
+    try:
+        admin = admin_for(spec.kafka, namespace)
+        actual = admin.describe_subscription(name)
+        changes = config_changes(dict(desired), actual)
+        if changes:
+            admin.alter_subscription(name, changes.set_configs, changes.delete_configs)
+    except ConnectionProblem as error:
+        message = f"spec.kafka: {error}"
+        raise StopReconcile(Reason.KAFKA_CONNECTION_INVALID, message, retry_scale=5.0, warn=False) from None
+    except InvalidClientMetricsConfigError as error:
+        # The broker refused the spec: retrying will not help, a new spec will.
+        message = f"the broker refused CLIENT_METRICS {name!r} configs {dict(desired)}: {error}"
+        raise StopReconcile(Reason.KAFKA_REJECTED, message) from None
+    except KafkaAdminError as error:
+        reason = {
+            KafkaUnreachableError: Reason.KAFKA_UNREACHABLE,
+            KafkaNotAuthorizedError: Reason.KAFKA_NOT_AUTHORIZED,
+        }.get(type(error), Reason.KAFKA_ERROR)
+        slow = 5.0 if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
+        message = f"{reason}: {_servers(spec, admin_for)}: {error}"
+        raise StopReconcile(reason, message, retry_scale=slow, warn=False) from None
+    servers = getattr(admin, "bootstrap_servers", None) or (spec.kafka.bootstrap_servers if spec.kafka else None)
+    return ConfigSync(actual, bool(changes), servers)
+
+
+def _retry_in(retry: int, base: float, maximum: float, scale: float) -> float:
+    return backoff(retry, base * scale, maximum)
+
+
+def _status(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The status patch, checked against the CRD's status model before it is written."""
+    return ClientMetricsSubscriptionStatus.model_validate(dict(fields)).to_kube()
+
+
+def _paused(resource: SubscriptionResource, conditions: ConditionTracker) -> Outcome:
     """ReconciliationPaused=True and nothing else: the broker is not asked anything."""
-    conditions = set_condition(
-        conditions,
-        ConditionType.RECONCILIATION_PAUSED,
-        True,
-        Reason.PAUSED,
-        f"annotation {PAUSE_ANNOTATION}=true: the broker's configs are left alone",
-        observed_generation=resource.generation,
-        now=now,
-    )
+    message = f"annotation {PAUSE_ANNOTATION}=true: the broker's configs are left alone"
+    conditions.set(ConditionType.RECONCILIATION_PAUSED, True, Reason.PAUSED, message)
     # The pause is not a new observation of the spec: keep observedGeneration where it was.
-    return Outcome({"conditions": conditions, "subscriptionName": resource.subscription_name})
+    return Outcome(_status({"conditions": conditions.items, "subscriptionName": resource.subscription_name}))
 
 
 def reconcile_subscription(
@@ -172,90 +216,40 @@ def reconcile_subscription(
 ) -> Outcome:
     """Make the broker's CLIENT_METRICS resource follow `resource`'s spec (or explain why not).
     `resync` marks a periodic check: a difference found then is drift made outside the operator."""
-    stamp = now_rfc3339(now)
-    name = resource.subscription_name
-    conditions: list[dict[str, Any]] = list(resource.status.get("conditions") or [])
-    status: dict[str, Any] = {"observedGeneration": resource.generation, "subscriptionName": name}
-
-    def ready(ok: bool, reason: Reason, message: str) -> list[dict[str, Any]]:
-        return set_condition(
-            conditions, ConditionType.READY, ok, reason, message, observed_generation=resource.generation, now=now
-        )
-
-    previous_ready = find_condition(conditions, ConditionType.READY) or {}
-
-    def _on_change(reason: Reason, message: str) -> tuple[Event, ...]:
-        return _warning_if_new(previous_ready, reason, message)
-
+    conditions = ConditionTracker(resource.status.get("conditions"), resource.generation, now)
     if resource.paused:
-        return _paused(resource, conditions, now)
-    conditions = remove_condition(conditions, ConditionType.RECONCILIATION_PAUSED)
-
+        return _paused(resource, conditions)
+    conditions.remove(ConditionType.RECONCILIATION_PAUSED)
+    name = resource.subscription_name
+    status: dict[str, Any] = {"observedGeneration": resource.generation, "subscriptionName": name}
     try:
-        spec = ClientMetricsSubscriptionSpec.model_validate(dict(resource.spec))
-    except ValidationError as error:
-        message = f"{format_validation_error(error)}; nothing was sent to Kafka"
-        status["conditions"] = ready(False, Reason.INVALID_SPEC, message)
-        return Outcome(status, events=_on_change(Reason.INVALID_SPEC, message), error=message)
-
-    owner = owner_of(claims)
-    if owner is not None and owner.uid != resource.uid:
-        message = (
-            f"CLIENT_METRICS subscription {name!r} is already managed by {owner.ref} "
-            f"(created {owner.creation_timestamp}); this resource leaves it alone"
-        )
-        status["conditions"] = ready(False, Reason.CONFLICT, message)
-        return Outcome(status, events=_on_change(Reason.CONFLICT, message), error=message)
-
-    capped, capped_reason, capped_message = _interval_capped(spec)
-    conditions = set_condition(
-        conditions,
-        ConditionType.INTERVAL_CAPPED,
-        capped,
-        capped_reason,
-        capped_message,
-        observed_generation=resource.generation,
-        now=now,
-    )
-
-    desired = desired_configs(spec)
+        spec = parse_spec(resource)
+        check_ownership(resource, claims)
+        conditions.set(ConditionType.INTERVAL_CAPPED, *_interval_capped(spec))
+        desired = desired_configs(spec)
+        synced = sync_configs(spec, desired, admin_for, resource.namespace, name)
+    except StopReconcile as stop:
+        outcome = stopped_outcome(stop, conditions, status, (), partial(_retry_in, retry, backoff_base, backoff_max))
+        return Outcome(_status(outcome.status), outcome.events, outcome.retry_after, outcome.error)
+    stamp = now_rfc3339(now)
     events: list[Event] = []
-    try:
-        admin = admin_for(spec.kafka, resource.namespace)
-        actual = admin.describe_subscription(name)
-        changes = config_changes(desired, actual)
-        if changes:
-            admin.alter_subscription(name, changes.set_configs, changes.delete_configs)
-    except (ConnectionProblem, KafkaAdminError) as error:
-        reason, message, slow = _broker_problem(error, spec, admin_for, name, desired)
-        status["conditions"] = ready(False, reason, message)
-        if slow is None:  # the broker refused the spec: retrying will not help, a new spec will
-            return Outcome(status, events=_on_change(reason, message), error=message)
-        return Outcome(status, retry_after=backoff(retry, backoff_base * slow, backoff_max), error=message)
-
     # A difference found by a resync, after the same configs were applied, was made outside the operator.
-    if changes and resync and resource.status.get("appliedConfigs") == desired:
+    if synced.changed and resync and resource.status.get("appliedConfigs") == desired:
         status["driftReverted"] = int(resource.status.get("driftReverted") or 0) + 1
         status["lastDriftRevertedTime"] = stamp
-        events.append(_drift_event(name, desired, actual))
-    verb = "applied" if changes else "already in effect"
-    status["conditions"] = ready(True, Reason.RECONCILED, f"CLIENT_METRICS {name!r} {verb}: {desired}")
-    status["appliedConfigs"] = desired
-    status["lastSyncTime"] = stamp
-    status.update(_bootstrap_status(spec, admin))
-    return Outcome(status, events=tuple(events))
+        events.append(_drift_event(name, desired, synced.actual))
+    verb = "applied" if synced.changed else "already in effect"
+    conditions.set(ConditionType.READY, True, Reason.RECONCILED, f"CLIENT_METRICS {name!r} {verb}: {desired}")
+    status.update(conditions=conditions.items, appliedConfigs=desired, lastSyncTime=stamp)
+    if synced.bootstrap_servers:
+        status["bootstrapServers"] = synced.bootstrap_servers
+    return Outcome(_status(status), events=tuple(events))
 
 
 def _drift_event(name: str, desired: Mapping[str, str], actual: Mapping[str, str]) -> Event:
     found = {key: actual.get(key) for key in sorted(set(desired) | set(actual))}
     message = f"CLIENT_METRICS {name!r} was changed outside the operator ({found}); restored {dict(desired)}"
     return Event("Warning", Reason.DRIFT_REVERTED, message)
-
-
-def _bootstrap_status(spec: ClientMetricsSubscriptionSpec, admin: ClientMetricsAdmin) -> dict[str, str]:
-    """`bootstrapServers`: the cluster the admin talked to (or the spec's), omitted when unknown."""
-    servers = getattr(admin, "bootstrap_servers", None) or (spec.kafka.bootstrap_servers if spec.kafka else None)
-    return {"bootstrapServers": servers} if servers else {}
 
 
 def delete_subscription(

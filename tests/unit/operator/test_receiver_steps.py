@@ -141,5 +141,5 @@ def test_sync_topic_stops_without_a_warning_while_kafka_is_unreachable() -> None
     with pytest.raises(StopReconcile) as stopped:
         sync_topic(plan_for({"topic": {"name": "raw"}}), admin_of(kafka), "ns")
     assert stopped.value.reason is Reason.KAFKA_UNREACHABLE
-    assert stopped.value.topic_condition and not stopped.value.warn and stopped.value.retry_scale == 1.0
+    assert stopped.value.also == "TopicReady" and not stopped.value.warn and stopped.value.retry_scale == 1.0
     assert kafka.topics == {}
