@@ -74,7 +74,6 @@ class Reason(StrEnum):
     PARTITIONS_MATCH = "PartitionsMatch"
     SPARK_OPERATOR_MISSING = "SparkOperatorMissing"
     """The sparkoperator.k8s.io CRDs are not installed; the aggregation is not deployed."""
-    AGGREGATION_DISABLED = "AggregationDisabled"
 
 
 def now_rfc3339(now: dt.datetime | None = None) -> str:

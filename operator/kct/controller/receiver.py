@@ -33,11 +33,7 @@ from pydantic import ValidationError
 from kct.api.receiver import TelemetryReceiverSpec, TelemetryReceiverStatus, parse_receiver_spec
 from kct.api.subscription import KafkaConnection
 from kct.controller.children import ApplyRefused, ChildrenClient, KindNotInstalled
-from kct.controller.conditions import (
-    ConditionType,
-    Reason,
-    now_rfc3339,
-)
+from kct.controller.conditions import ConditionType, Reason, now_rfc3339
 from kct.controller.kernel import (
     ConditionTracker,
     ConnectionProblem,
