@@ -1,5 +1,12 @@
-"""Controllers (kopf handlers) and what they share: conditions, the admin pool, the operator runner.
+"""Controllers (kopf handlers) and what they share.
 
-Handlers are thin; the reconcile logic of each kind is a plain function over ports (see
-`kct.controller.subscription`) so it is unit-tested without kopf, Kubernetes or Kafka.
+- `subscription`, `receiver`: the reconcile of each kind, a plain blocking function over ports, read top to
+  bottom as named steps, unit-tested without kopf, Kubernetes or Kafka.
+- `kernel`: what both reconciles share (`Outcome`, `Event`, `StopReconcile`, `ConditionTracker`,
+  backoff, validation messages); `conditions`: condition types, reasons, the condition helper.
+- `handlers`, `receiver_handlers`: the kopf handlers, one method each (`SubscriptionHandlers`,
+  `ReceiverHandlers`); `kopf_outcome` writes an `Outcome` through kopf (status, events, retry).
+- `children` (Kubernetes objects and owner status, behind `ChildrenClient`), `kafka_clients` (the admin
+  pool, Secrets), `kube_config` (how every client finds its cluster), `resource` (the body view),
+  `runner` (`kct operator`).
 """
