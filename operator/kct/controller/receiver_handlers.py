@@ -10,7 +10,8 @@
   resource through their ownerReferences (Kubernetes' garbage collector).
 
 The finalizer, progress annotations and login are configured by the subscription handlers'
-startup handler (`kct.controller.handlers`), which `kct operator` always registers alongside.
+startup handler (`kct.controller.handlers`); `kct.controller.runner.register_handlers`, the one entry point
+`kct operator` uses, registers both controllers together.
 """
 
 from __future__ import annotations

@@ -10,9 +10,24 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["register", "run_operator"]
+if TYPE_CHECKING:
+    import kopf
+
+    from kct.controller.handlers import OperatorConfig
+
+__all__ = ["register", "register_handlers", "run_operator"]
+
+
+def register_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """Every handler `kct operator` runs, on one registry: the ClientMetricsSubscription controller (whose
+    startup and login handlers configure kopf for both) and the TelemetryReceiver controller."""
+    from kct.controller.handlers import register_subscription_handlers
+    from kct.controller.receiver_handlers import register_receiver_handlers
+
+    register_subscription_handlers(registry, config)
+    register_receiver_handlers(registry, config)
 
 
 def run_operator(
@@ -24,17 +39,15 @@ def run_operator(
 ) -> None:
     import kopf
 
-    from kct.controller.handlers import OperatorConfig, register_subscription_handlers
+    from kct.controller.handlers import OperatorConfig
     from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader
-    from kct.controller.receiver_handlers import register_receiver_handlers
 
     kopf.configure(verbose=verbose, log_prefix=True)  # kopf's format: [namespace/name] on object logs
     # kafka-python logs every refused connection at ERROR; the Ready condition already names the cause.
     logging.getLogger("kafka").setLevel(logging.WARNING if verbose else logging.CRITICAL)
     registry = kopf.OperatorRegistry()
     config = OperatorConfig(resync_seconds=resync_seconds, backoff_max_seconds=backoff_max_seconds)
-    register_subscription_handlers(registry, config)
-    register_receiver_handlers(registry, config)  # TelemetryReceiver
+    register_handlers(registry, config)
     memo = kopf.Memo(admins=AdminPool.from_environment(KubernetesSecretReader()))
     kopf.run(
         registry=registry,

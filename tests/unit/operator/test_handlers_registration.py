@@ -27,3 +27,17 @@ def test_handlers_registered_on_an_explicit_registry() -> None:
     activities = {h.activity.value for h in registry._activities.get_all_handlers() if h.activity}
     assert {"startup", "cleanup", "authentication"} <= activities
     assert all(resource.plural in str(h.selector) for h in timers)
+
+
+def test_one_entry_point_registers_both_controllers() -> None:
+    """Given a fresh registry, When `register_handlers` runs (what `kct operator` calls), Then both kinds have
+    their reconcile handlers, and kopf's startup (finalizer, storage) and login handlers are there once."""
+    from kct.controller.runner import register_handlers
+
+    registry = kopf.OperatorRegistry()
+    register_handlers(registry, OperatorConfig())
+    selectors = {str(h.selector) for h in registry._changing.get_all_handlers()}
+    assert any("clientmetricssubscriptions" in s for s in selectors)
+    assert any("telemetryreceivers" in s for s in selectors)
+    ids = [h.id for h in registry._activities.get_all_handlers()]
+    assert ids.count("configure") == 1 and ids.count("login") == 1 and "configure-receivers" in ids
