@@ -56,9 +56,14 @@ class Stack:
         env["KAFKA_BOOTSTRAP_SERVERS"] = self.kafka_bootstrap
         return env
 
-    def _stack(self, action: str) -> None:
+    def require_local(self, why: str) -> None:
+        """Called first by a test that must stop and start Kafka, so it stops before doing any work on an
+        external cluster (skip there; fail under CI=true) instead of half-way."""
         if not self.local:
-            missing_precondition("stopping Kafka is only possible on the local stack")
+            missing_precondition(f"{why}: only the local stack (dev/stack) can stop and start Kafka")
+
+    def _stack(self, action: str) -> None:
+        self.require_local(f"stack.py {action}")
         subprocess.run([sys.executable, str(STACK_SCRIPT), action], check=True)
 
     def kafka_stop(self) -> None:

@@ -286,6 +286,7 @@ def test_kafka_stopped_under_load_no_200_without_a_record(stack: Any, run_receiv
     """Given the receiver under steady load, when Kafka is stopped for ~12 s and started again, then pushes
     are refused with 503 meanwhile, RSS stays bounded, pushes succeed again without restarting the receiver,
     and every push answered 200 is a record in the topic afterwards."""
+    stack.require_local("a Kafka outage under load")
     topic = f"kct-e2e-outage-{uuid.uuid4().hex[:8]}"
     _create_topic(stack.kafka_bootstrap, topic)
     receiver = run_receiver(topic)

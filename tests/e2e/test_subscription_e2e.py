@@ -309,6 +309,7 @@ def test_kafka_outage_is_reported_and_recovered(stack: Any, kubectl: Kubectl, br
     """Given a Ready resource, When Kafka stops and the resource is edited, Then Ready=False names
     KafkaUnreachable; When Kafka starts again, Then the edit reaches the broker, without restarting
     the operator."""
+    stack.require_local("a Kafka outage")
     name = unique("outage")
     match = _no_match()
     kubectl.apply(manifest(namespace, name, metrics=["a."], intervalMs=60000, match=match))
