@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint plugin-test images pytest test unit stack-up stack-down stack-status demo bench manifests tools clean
+.PHONY: help venv lint plugin-test images stack-install pytest test unit stack-up stack-down stack-status demo bench manifests tools clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -41,8 +41,13 @@ plugin-test:  ## the broker plugin's JUnit tests (Maven)
 images:  ## build the container images from the Dockerfile without Docker (buildah, local Debian bases; ~/.cache/kct/images)
 	$(PYTHON) dev/images/images.py build
 
-# The image tests read the archive `make images` writes: building it (downloads) happens here, not in a test.
-pytest: venv images  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
+stack-install:  ## download and build what the local stack runs (kube-apiserver, Kafka, helm), cached under ~/.cache/kct
+	$(PYTHON) dev/stack/stack.py install
+	$(PYTHON) dev/tools/tools.py install
+
+# The image tests read the archive `make images` writes, the e2e tests the stack's binaries: building them
+# (downloads, a cold Go build of the API server) happens here, never inside a test's timeout.
+pytest: venv images stack-install  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 unit: venv images  ## only the tests that need no server

@@ -8,7 +8,10 @@ as plain processes. `up` is idempotent and returns only when everything is ready
 (the spark-operator's CRD folder, fetched from its Go module by spark_operator.py). `down` stops exactly
 what `up` started.
 
-    python3 dev/stack/stack.py up | down | status | kafka-stop | kafka-start
+    python3 dev/stack/stack.py install | up | down | status | kafka-stop | kafka-start
+
+`install` only downloads and builds (minutes on a cold machine, nothing when cached): `make pytest` runs it
+first, so no test's timeout is spent compiling the API server.
 """
 
 from __future__ import annotations
@@ -56,18 +59,23 @@ def _write_env(values: dict[str, str]) -> None:
     tmp.replace(ENV_FILE)
 
 
-def up() -> int:
-    started = time.monotonic()
+def install() -> int:
     with _proc.step("install (cached under ~/.cache/kct)"):
         kube.install()
         kafka_broker.install()
-        spark_crds = spark_operator.crds()  # not installed into the API server: the tests that need them do
+        spark_operator.crds()  # fetched, not installed into the API server: the tests that need them do
+    return 0
+
+
+def up() -> int:
+    started = time.monotonic()
+    install()
     env: dict[str, str] = {}
     env.update(kube.up(STATE))
     env.update(kafka_broker.up(STATE, _telemetry_endpoint(), token_file=_telemetry_token_file()))
     env["KCT_TELEMETRY_ENDPOINT"] = _telemetry_endpoint()
     env["KCT_RECEIVER_TOKEN_FILE"] = str(_telemetry_token_file())
-    env["KCT_SPARK_OPERATOR_CRDS"] = str(spark_crds)
+    env["KCT_SPARK_OPERATOR_CRDS"] = str(spark_operator.crds())  # cached by install()
     _write_env(env)
     print(f"stack is up in {time.monotonic() - started:.1f}s; `source {ENV_FILE.relative_to(REPO)}` to use it:")
     for line in status_lines():
@@ -108,9 +116,12 @@ def kafka_start() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["up", "down", "status", "kafka-stop", "kafka-start"])
+    parser.add_argument("action", choices=["install", "up", "down", "status", "kafka-stop", "kafka-start"])
     args = parser.parse_args(argv)
-    actions = {"up": up, "down": down, "status": status, "kafka-stop": kafka_stop, "kafka-start": kafka_start}
+    actions = {
+        "install": install, "up": up, "down": down, "status": status,
+        "kafka-stop": kafka_stop, "kafka-start": kafka_start,
+    }
     try:
         return actions[args.action]()
     except _proc.InstallError as exc:
