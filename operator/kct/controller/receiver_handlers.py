@@ -54,8 +54,8 @@ _WATCHED_CHILDREN: Final = (
 
 
 def _kafka_python_topic_admin(bootstrap_servers: str, properties: Any) -> ClientMetricsAdmin:
+    from kct.kafka.kafka_python import KafkaPythonTopicAdmin
     from kct.kafka.properties import kafka_python_settings
-    from kct.kafka.topics import KafkaPythonTopicAdmin
 
     settings: dict[str, Any] = kafka_python_settings(properties)
     settings.pop("bootstrap_servers", None)

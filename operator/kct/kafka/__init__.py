@@ -1,8 +1,9 @@
-"""Kafka admin port: CLIENT_METRICS config resources behind one small Protocol.
+"""Kafka admin ports: CLIENT_METRICS config resources and topics, each behind one small Protocol.
 
-`port.ClientMetricsAdmin` is the interface, `kafka_python.KafkaPythonClientMetricsAdmin` the real
-implementation (import it explicitly; it pulls in kafka-python), `fake.InMemoryClientMetricsAdmin`
-the fake for unit tests, `clientmetrics` the pure config format, `errors` the exceptions.
+`port.ClientMetricsAdmin` and `topics.TopicAdmin` are the interfaces (with `topics.plan_topic`, the pure
+"partitions only grow" planner); `kafka_python` holds the real implementations (import it explicitly; it
+pulls in kafka-python), `fake` the in-memory fakes for unit tests, `clientmetrics` the pure config format,
+`errors` the exceptions. The ports, planners and fakes import no Kafka client (import-linter checks it).
 """
 
 from kct.kafka.errors import (

@@ -1,4 +1,4 @@
-"""An in-memory CLIENT_METRICS admin for unit tests (and demos without a broker).
+"""In-memory admins for unit tests (and demos without a broker): CLIENT_METRICS and topics.
 
 It behaves like a broker where it matters to the operator: SET/DELETE are per config, a resource with
 no configs left does not exist, and it can be told to fail (`unreachable`, `unauthorized`,
@@ -12,8 +12,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from kct.kafka.errors import InvalidClientMetricsConfigError, KafkaNotAuthorizedError, KafkaUnreachableError
+from kct.kafka.topics import TopicState
 
-__all__ = ["InMemoryClientMetricsAdmin"]
+__all__ = ["InMemoryClientMetricsAdmin", "InMemoryTopicAdmin"]
 
 
 @dataclass
@@ -62,6 +63,68 @@ class InMemoryClientMetricsAdmin:
         existing = self.describe_subscription(name)
         if existing:
             self.alter_subscription(name, {}, tuple(existing))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class InMemoryTopicAdmin:
+    """Satisfies `TopicAdmin`; behaves like a broker where the controller cares (partitions never
+    shrink, creation is idempotent) and can be told to fail (`unreachable`, `unauthorized`)."""
+
+    topics: dict[str, TopicState] = field(default_factory=dict)
+    default_replication_factor: int = 1
+    unreachable: bool = False
+    unauthorized: bool = False
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    closed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _check(self) -> None:
+        if self.unreachable:
+            raise KafkaUnreachableError("no broker answered (fake)")
+        if self.unauthorized:
+            raise KafkaNotAuthorizedError("TOPIC_AUTHORIZATION_FAILED (fake)")
+
+    def describe_topic(self, name: str) -> TopicState | None:
+        self._check()
+        with self._lock:
+            return self.topics.get(name)
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int | None, configs: Mapping[str, str]
+    ) -> None:
+        self._check()
+        with self._lock:
+            self.calls.append(("create", name))
+            if name not in self.topics:
+                rf = replication_factor or self.default_replication_factor
+                self.topics[name] = TopicState(name, partitions, rf, dict(configs))
+
+    def grow_partitions(self, name: str, total: int) -> None:
+        self._check()
+        with self._lock:
+            self.calls.append(("grow", name))
+            state = self.topics[name]
+            if total < state.partitions:
+                raise InvalidClientMetricsConfigError(f"topic {name!r} has {state.partitions} partitions")
+            self.topics[name] = TopicState(name, total, state.replication_factor, state.configs)
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        self._check()
+        with self._lock:
+            self.calls.append(("alter", name))
+            state = self.topics[name]
+            self.topics[name] = TopicState(
+                name, state.partitions, state.replication_factor, {**state.configs, **configs}
+            )
+
+    def delete_topic(self, name: str) -> None:
+        self._check()
+        with self._lock:
+            self.calls.append(("delete", name))
+            self.topics.pop(name, None)
 
     def close(self) -> None:
         self.closed = True

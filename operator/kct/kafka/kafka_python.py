@@ -27,8 +27,9 @@ from kct.kafka.errors import (
     KafkaNotAuthorizedError,
     KafkaUnreachableError,
 )
+from kct.kafka.topics import TopicState
 
-__all__ = ["KafkaPythonClientMetricsAdmin", "translate_error"]
+__all__ = ["KafkaPythonClientMetricsAdmin", "KafkaPythonTopicAdmin", "translate_error"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -208,3 +209,80 @@ class KafkaPythonClientMetricsAdmin:
         for slot in slots:
             slot.reset()
             self._slots.put(slot)
+
+
+_TIMEOUT_MS = 30_000
+_UNKNOWN_TOPIC = 3
+_TOPIC_ALREADY_EXISTS = 36
+
+
+class KafkaPythonTopicAdmin(KafkaPythonClientMetricsAdmin):
+    """`TopicAdmin` (and `ClientMetricsAdmin`) over one cluster, with kafka-python."""
+
+    def describe_topic(self, name: str) -> TopicState | None:
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        def call(client: Any) -> TopicState | None:
+            described = client.describe_topics([name])
+            found = next((t for t in described if t.get("name") == name), None)
+            if found is None or found.get("error_code") == _UNKNOWN_TOPIC:
+                return None
+            if found.get("error_code"):
+                raise _error_for_code(int(found["error_code"]), f"describe topic {name!r}")
+            partitions = found.get("partitions") or []
+            replication = max((len(p.get("replica_nodes") or []) for p in partitions), default=0)
+            result = client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+            raw = result.get("topic", {}).get(name, {})
+            configs = {key: str(entry["value"]) for key, entry in raw.items() if entry.get("value") is not None}
+            return TopicState(name, len(partitions), replication, configs)
+
+        result: TopicState | None = self._call(call)
+        return result
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int | None, configs: Mapping[str, str]
+    ) -> None:
+        import kafka.errors as kafka_errors
+        from kafka.admin import NewTopic
+
+        topic = NewTopic(name, partitions, replication_factor or -1, topic_configs=dict(configs))
+
+        def call(client: Any) -> None:
+            try:
+                client.create_topics([topic], timeout_ms=_TIMEOUT_MS)
+            except kafka_errors.TopicAlreadyExistsError:
+                return
+
+        self._call(call)
+
+    def grow_partitions(self, name: str, total: int) -> None:
+        from kafka.admin import NewPartitions
+
+        self._call(lambda client: client.create_partitions({name: NewPartitions(total)}, timeout_ms=_TIMEOUT_MS))
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+        if not configs:
+            return
+        ops = {key: (AlterConfigOp.SET, value) for key, value in configs.items()}
+
+        def call(client: Any) -> None:
+            resource = ConfigResource(ConfigResourceType.TOPIC, name, configs=ops)
+            result = client.alter_configs([resource], raise_on_unknown=False, incremental=True)
+            outcome = result.get("topic", {}).get(name, "OK")
+            if outcome != "OK":
+                raise InvalidClientMetricsConfigError(f"topic {name!r} configs {dict(configs)}: {outcome}")
+
+        self._call(call)
+
+    def delete_topic(self, name: str) -> None:
+        import kafka.errors as kafka_errors
+
+        def call(client: Any) -> None:
+            try:
+                client.delete_topics([name], timeout_ms=_TIMEOUT_MS)
+            except kafka_errors.UnknownTopicOrPartitionError:
+                return
+
+        self._call(call)

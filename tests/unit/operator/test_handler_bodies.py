@@ -14,8 +14,7 @@ from kct.controller.children import InMemoryChildren
 from kct.controller.handlers import CLAIMS_INDEX, OperatorConfig, SubscriptionHandlers, claims_index
 from kct.controller.kafka_clients import AdminPool
 from kct.controller.receiver_handlers import ReceiverHandlers
-from kct.kafka.fake import InMemoryClientMetricsAdmin
-from kct.kafka.topics import InMemoryTopicAdmin
+from kct.kafka.fake import InMemoryClientMetricsAdmin, InMemoryTopicAdmin
 
 AVAILABLE = {
     "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1,

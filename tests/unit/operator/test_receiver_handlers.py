@@ -7,7 +7,7 @@ import kopf
 from kct.controller.handlers import OperatorConfig
 from kct.controller.kafka_clients import AdminPool
 from kct.controller.receiver_handlers import register_receiver_handlers, topic_admin_factory
-from kct.kafka.topics import InMemoryTopicAdmin
+from kct.kafka.fake import InMemoryTopicAdmin
 
 
 def test_handlers_registered_on_an_explicit_registry() -> None:

@@ -13,7 +13,8 @@ from kct.api.subscription import KafkaConnection
 from kct.controller.children import InMemoryChildren
 from kct.controller.kernel import Outcome
 from kct.controller.receiver import ReceiverResource, delete_receiver, reconcile_receiver
-from kct.kafka.topics import InMemoryTopicAdmin, TopicAdmin, TopicState
+from kct.kafka.fake import InMemoryTopicAdmin
+from kct.kafka.topics import TopicAdmin, TopicState
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 AVAILABLE = {

@@ -22,7 +22,8 @@ from kct.controller.receiver import (
     resolve_token,
     sync_topic,
 )
-from kct.kafka.topics import InMemoryTopicAdmin, TopicAdmin
+from kct.kafka.fake import InMemoryTopicAdmin
+from kct.kafka.topics import TopicAdmin
 from kct.render.names import CONFIG_HASH_ANNOTATION
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kct.kafka.errors import KafkaUnreachableError
-from kct.kafka.topics import InMemoryTopicAdmin, TopicAdmin, TopicState, plan_topic
+from kct.kafka.fake import InMemoryTopicAdmin
+from kct.kafka.topics import TopicAdmin, TopicState, plan_topic
 
 
 def test_missing_topic_is_created() -> None:
