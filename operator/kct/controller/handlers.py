@@ -30,6 +30,7 @@ from kct.controller.subscription import (
     delete_subscription,
     reconcile_subscription,
 )
+from kct.kafka.port import ClientMetricsAdmin
 
 __all__ = ["PLURAL", "OperatorConfig", "SubscriptionHandlers", "register_subscription_handlers"]
 
@@ -54,11 +55,12 @@ def _claims(index: Any, name: str) -> list[Claim]:
     return list(store)
 
 
-def _admins(memo: kopf.Memo) -> AdminPool:
+def _admins(memo: kopf.Memo) -> AdminPool[ClientMetricsAdmin]:
     pool = memo.get("admins")
     if not isinstance(pool, AdminPool):
         raise RuntimeError("the operator's startup handler did not create the admin pool")
-    return pool
+    admins: AdminPool[ClientMetricsAdmin] = pool
+    return admins
 
 
 def login(**kwargs: Any) -> Any:

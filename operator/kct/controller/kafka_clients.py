@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from kct.api.subscription import KafkaConnection
 from kct.controller.kernel import ConnectionProblem
@@ -79,11 +79,36 @@ def kafka_python_admin(bootstrap_servers: str, properties: Mapping[str, str]) ->
     return KafkaPythonClientMetricsAdmin(bootstrap_servers, settings)
 
 
-AdminConstructor = Callable[[str, Mapping[str, str]], ClientMetricsAdmin]
+class _Closable(Protocol):
+    def close(self) -> None: ...
 
 
-class AdminPool:
-    """`AdminFactory` that caches admins per cluster. Thread-safe (reconciles run in threads)."""
+Admin = TypeVar("Admin", bound=_Closable)
+AdminConstructor = Callable[[str, Mapping[str, str]], Admin]
+
+
+class AdminPool(Generic[Admin]):
+    """Admins of one kind (CLIENT_METRICS admins by default, topic admins for the receivers), cached per
+    cluster: `pool(connection, namespace)` is an admin factory. Thread-safe (reconciles run in threads)."""
+
+    @overload
+    def __init__(
+        self: AdminPool[ClientMetricsAdmin],
+        default_bootstrap: str | None = None,
+        default_properties: Mapping[str, str] | None = None,
+        *,
+        secrets: SecretReader | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        default_bootstrap: str | None = None,
+        default_properties: Mapping[str, str] | None = None,
+        *,
+        secrets: SecretReader | None = None,
+        construct: AdminConstructor[Admin],
+    ) -> None: ...
 
     def __init__(
         self,
@@ -91,25 +116,25 @@ class AdminPool:
         default_properties: Mapping[str, str] | None = None,
         *,
         secrets: SecretReader | None = None,
-        construct: AdminConstructor = kafka_python_admin,
+        construct: AdminConstructor[Any] = kafka_python_admin,
     ) -> None:
         self.default_bootstrap = default_bootstrap
         self.default_properties = dict(default_properties or {})
         self._secrets = secrets
-        self._construct = construct
-        self._admins: dict[tuple[str, str, str], ClientMetricsAdmin] = {}
+        self._construct: AdminConstructor[Admin] = construct
+        self._admins: dict[tuple[str, str, str], Admin] = {}
         self._lock = threading.Lock()
 
-    @classmethod
-    def from_environment(cls, secrets: SecretReader | None = None) -> AdminPool:
+    @staticmethod
+    def from_environment(secrets: SecretReader | None = None) -> AdminPool[ClientMetricsAdmin]:
         properties_file = os.environ.get("KCT_KAFKA_PROPERTIES_FILE")
-        return cls(
+        return AdminPool(
             os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None,
             read_properties_file(Path(properties_file)) if properties_file else None,
             secrets=secrets,
         )
 
-    def __call__(self, connection: KafkaConnection | None, namespace: str) -> ClientMetricsAdmin:
+    def __call__(self, connection: KafkaConnection | None, namespace: str) -> Admin:
         if connection is None:
             if not self.default_bootstrap:
                 raise ConnectionProblem(
@@ -128,7 +153,7 @@ class AdminPool:
                 raise ConnectionProblem(f"secretRef: {error}") from error
         return self._get((connection.bootstrap_servers, secret_key, version), connection.bootstrap_servers, properties)
 
-    def _get(self, key: tuple[str, str, str], bootstrap: str, properties: Mapping[str, str]) -> ClientMetricsAdmin:
+    def _get(self, key: tuple[str, str, str], bootstrap: str, properties: Mapping[str, str]) -> Admin:
         with self._lock:
             admin = self._admins.get(key)
             if admin is not None:

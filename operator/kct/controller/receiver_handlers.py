@@ -24,14 +24,12 @@ from typing import Any, Final
 import kopf
 
 from kct.api.crds import GROUP, VERSION
-from kct.api.subscription import KafkaConnection
 from kct.controller.children import ChildrenClient, KubernetesChildren
 from kct.controller.handlers import OperatorConfig
 from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader, read_properties_file
 from kct.controller.kernel import Outcome
 from kct.controller.kopf_outcome import post_events, write_outcome
 from kct.controller.receiver import ReceiverResource, TopicAdminFactory, delete_receiver, reconcile_receiver
-from kct.kafka.port import ClientMetricsAdmin
 from kct.kafka.topics import TopicAdmin
 from kct.render.names import MANAGED_BY, OWNER_LABEL
 
@@ -53,7 +51,7 @@ _WATCHED_CHILDREN: Final = (
 )
 
 
-def _kafka_python_topic_admin(bootstrap_servers: str, properties: Any) -> ClientMetricsAdmin:
+def _kafka_python_topic_admin(bootstrap_servers: str, properties: Any) -> TopicAdmin:
     from kct.kafka.kafka_python import KafkaPythonTopicAdmin
     from kct.kafka.properties import kafka_python_settings
 
@@ -62,16 +60,9 @@ def _kafka_python_topic_admin(bootstrap_servers: str, properties: Any) -> Client
     return KafkaPythonTopicAdmin(bootstrap_servers, settings)
 
 
-def topic_admin_factory(pool: AdminPool) -> TopicAdminFactory:
+def topic_admin_factory(pool: AdminPool[TopicAdmin]) -> TopicAdminFactory:
     """The pool's per-cluster cache (Secrets, rotation) handing out topic admins."""
-
-    def admin_for(connection: KafkaConnection | None, namespace: str) -> TopicAdmin:
-        admin = pool(connection, namespace)
-        if not isinstance(admin, TopicAdmin):
-            raise TypeError(f"{type(admin).__name__} is not a TopicAdmin; build the pool with topic admins")
-        return admin
-
-    return admin_for
+    return pool
 
 
 def _memo_children(memo: kopf.Memo) -> ChildrenClient:
@@ -82,11 +73,12 @@ def _memo_children(memo: kopf.Memo) -> ChildrenClient:
     return result
 
 
-def _memo_topics(memo: kopf.Memo) -> AdminPool:
+def _memo_topics(memo: kopf.Memo) -> AdminPool[TopicAdmin]:
     pool = memo.get("receiver_topic_admins")
     if not isinstance(pool, AdminPool):
         raise RuntimeError("the receiver startup handler did not run")
-    return pool
+    topics: AdminPool[TopicAdmin] = pool  # the startup handler builds it with topic admins
+    return topics
 
 
 class ReceiverHandlers:

@@ -32,7 +32,7 @@ def receiver_body(**spec: Any) -> dict[str, Any]:
 
 
 def receiver_memo(kube: InMemoryChildren, kafka: InMemoryTopicAdmin) -> kopf.Memo:
-    pool = AdminPool("broker:9092", construct=lambda bootstrap, properties: kafka)  # type: ignore[arg-type,return-value]
+    pool = AdminPool("broker:9092", construct=lambda bootstrap, properties: kafka)
     return kopf.Memo(receiver_children=kube, receiver_topic_admins=pool)
 
 

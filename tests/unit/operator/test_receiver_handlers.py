@@ -27,6 +27,6 @@ def test_topic_admins_come_from_the_shared_pool() -> None:
     """Given an admin pool building topic admins, When the factory is asked for the default cluster, Then it
     hands out the pool's cached admin (one per cluster)."""
     fake = InMemoryTopicAdmin()
-    pool = AdminPool("broker:9092", construct=lambda bootstrap, properties: fake)  # type: ignore[arg-type,return-value]
+    pool = AdminPool("broker:9092", construct=lambda bootstrap, properties: fake)
     admin_for = topic_admin_factory(pool)
     assert admin_for(None, "ns") is fake and admin_for(None, "other") is fake
