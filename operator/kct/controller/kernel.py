@@ -22,6 +22,7 @@ __all__ = [
     "ConditionTracker",
     "ConnectionProblem",
     "Event",
+    "OperatorConfig",
     "Outcome",
     "StopReconcile",
     "backoff",
@@ -32,6 +33,15 @@ __all__ = [
 
 class ConnectionProblem(ValueError):
     """The Kafka connection cannot be built (no cluster configured, Secret missing or unusable)."""
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """How often both controllers resync, and how their retries back off."""
+
+    resync_seconds: float = 60.0
+    backoff_base_seconds: float = 2.0
+    backoff_max_seconds: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@
   resource through their ownerReferences (Kubernetes' garbage collector).
 
 The finalizer, progress annotations and login are configured by the subscription handlers'
-startup handler (`kct.controller.handlers`); `kct.controller.runner.register_handlers`, the one entry point
+startup handler (`kct.controller.subscription_handlers`); `kct.controller.runner.register_handlers`, the one entry point
 `kct operator` uses, registers both controllers together.
 """
 
@@ -25,9 +25,8 @@ import kopf
 
 from kct.api.crds import GROUP, VERSION
 from kct.controller.children import ChildrenClient, KubernetesChildren
-from kct.controller.handlers import OperatorConfig
 from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader, read_properties_file
-from kct.controller.kernel import Outcome
+from kct.controller.kernel import OperatorConfig, Outcome
 from kct.controller.kopf_outcome import post_events, write_outcome
 from kct.controller.receiver import ReceiverResource, TopicAdminFactory, delete_receiver, reconcile_receiver
 from kct.kafka.topics import TopicAdmin

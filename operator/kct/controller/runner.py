@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import kopf
 
-    from kct.controller.handlers import OperatorConfig
+    from kct.controller.kernel import OperatorConfig
 
 __all__ = ["register", "register_handlers", "run_operator"]
 
@@ -23,8 +23,8 @@ __all__ = ["register", "register_handlers", "run_operator"]
 def register_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Every handler `kct operator` runs, on one registry: the ClientMetricsSubscription controller (whose
     startup and login handlers configure kopf for both) and the TelemetryReceiver controller."""
-    from kct.controller.handlers import register_subscription_handlers
     from kct.controller.receiver_handlers import register_receiver_handlers
+    from kct.controller.subscription_handlers import register_subscription_handlers
 
     register_subscription_handlers(registry, config)
     register_receiver_handlers(registry, config)
@@ -39,8 +39,8 @@ def run_operator(
 ) -> None:
     import kopf
 
-    from kct.controller.handlers import OperatorConfig
     from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader
+    from kct.controller.kernel import OperatorConfig
 
     kopf.configure(verbose=verbose, log_prefix=True)  # kopf's format: [namespace/name] on object logs
     # kafka-python logs every refused connection at ERROR; the Ready condition already names the cause.

@@ -5,7 +5,7 @@
 the broker, alter what differs) -> status, validated by the `ClientMetricsSubscriptionStatus` model. A step
 that cannot go on raises `StopReconcile` (`kct.controller.kernel`). It is a plain blocking function over
 the admin port, so unit tests drive it with the in-memory fake and the kopf handlers
-(`kct.controller.handlers`) run it in a thread and only translate its `Outcome` into a status patch,
+(`kct.controller.subscription_handlers`) run it in a thread and only translate its `Outcome` into a status patch,
 events and retries.
 
 Ownership: CLIENT_METRICS configs cannot carry an owner marker, so when several resources claim one

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import kopf
 
-from kct.controller.handlers import OperatorConfig, register_subscription_handlers
+from kct.controller.kernel import OperatorConfig
+from kct.controller.subscription_handlers import register_subscription_handlers
 
 
 def test_handlers_registered_on_an_explicit_registry() -> None:

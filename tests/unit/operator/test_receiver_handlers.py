@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import kopf
 
-from kct.controller.handlers import OperatorConfig
 from kct.controller.kafka_clients import AdminPool
+from kct.controller.kernel import OperatorConfig
 from kct.controller.receiver_handlers import register_receiver_handlers, topic_admin_factory
 from kct.kafka.fake import InMemoryTopicAdmin
 

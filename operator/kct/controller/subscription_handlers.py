@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
 from kct.api.crds import GROUP, VERSION
 from kct.controller.kafka_clients import AdminPool
-from kct.controller.kernel import Outcome
+from kct.controller.kernel import OperatorConfig, Outcome
 from kct.controller.kopf_outcome import write_outcome
 from kct.controller.subscription import (
     Claim,
@@ -32,7 +31,7 @@ from kct.controller.subscription import (
 )
 from kct.kafka.port import ClientMetricsAdmin
 
-__all__ = ["PLURAL", "OperatorConfig", "SubscriptionHandlers", "register_subscription_handlers"]
+__all__ = ["CLAIMS_INDEX", "PLURAL", "SubscriptionHandlers", "claims_index", "register_subscription_handlers"]
 
 PLURAL = "clientmetricssubscriptions"
 CLAIMS_INDEX = "cms_claims"
@@ -40,11 +39,6 @@ STORAGE_PREFIX = f"operator.{GROUP}"
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class OperatorConfig:
-    resync_seconds: float = 60.0
-    backoff_base_seconds: float = 2.0
-    backoff_max_seconds: float = 60.0
 
 
 def _claims(index: Any, name: str) -> list[Claim]:
