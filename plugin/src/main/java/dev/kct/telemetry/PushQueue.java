@@ -114,6 +114,7 @@ final class PushQueue {
         this.drops = drops;
         this.clock = clock;
         this.lastPurgeNanos = clock.getAsLong();
+        this.pausedUntilNanos = lastPurgeNanos;
     }
 
     /**
