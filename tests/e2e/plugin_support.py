@@ -1,8 +1,9 @@
 """Helpers for the broker-plugin end-to-end tests (not a test module, not fixtures).
 
-- `otlp_endpoint(url)`: an OTLP/HTTP-shaped endpoint on the address the plugin posts to, recording every
-  push (`Push`: path, headers, body, arrival time); leaving the block closes it, connections included, so
-  the plugin sees the endpoint down (connection refused).
+- `otlp_endpoint(url, token=None)`: an OTLP/HTTP-shaped endpoint on the address the plugin posts to,
+  recording every push (`Push`: path, headers, body, arrival time); with `token` (a function giving the
+  token it accepts now) it answers 401 to any other bearer token, recording those in `refused`. Leaving the
+  block closes it, connections included, so the plugin sees the endpoint down (connection refused).
 - `client_metrics_subscription(bootstrap, name, configs)`: a CLIENT_METRICS resource for the block.
 """
 
@@ -13,7 +14,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -59,6 +60,7 @@ class Push:
 @dataclass
 class Endpoint:
     pushes: list[Push] = field(default_factory=list)
+    refused: list[Push] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def for_client(self, client_id: str) -> list[Push]:
@@ -71,7 +73,7 @@ class Endpoint:
 
 
 @contextlib.contextmanager
-def otlp_endpoint(url: str) -> Iterator[Endpoint]:
+def otlp_endpoint(url: str, token: Callable[[], str] | None = None) -> Iterator[Endpoint]:
     """An OTLP/HTTP-shaped endpoint on the address the broker plugin posts to, recording every push."""
     parsed = urllib.parse.urlsplit(url)
     endpoint = Endpoint()
@@ -91,9 +93,10 @@ def otlp_endpoint(url: str) -> Iterator[Endpoint]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             push = Push(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
+            accepted = token is None or push.headers.get("authorization") == f"Bearer {token()}"
             with endpoint.lock:
-                endpoint.pushes.append(push)
-            self.send_response(200)
+                (endpoint.pushes if accepted else endpoint.refused).append(push)
+            self.send_response(200 if accepted else 401)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
