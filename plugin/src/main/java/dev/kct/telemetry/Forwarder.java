@@ -122,8 +122,12 @@ public final class Forwarder implements AutoCloseable {
 
     /** Switch endpoint and token file at run time (dynamic broker config); in-flight pushes finish. */
     public void reconfigure(URI newEndpoint, Path tokenFile) {
+        boolean moved = !newEndpoint.equals(endpoint);
         endpoint = newEndpoint;
         token = tokenFile == null ? null : new TokenSource(tokenFile);
+        if (moved) {
+            queue.endpointChanged();  // do not hold pushes for the new endpoint because the old one was down
+        }
         LOG.info("kct telemetry forwarder reconfigured: endpoint={}", newEndpoint);
     }
 

@@ -310,6 +310,18 @@ final class PushQueue {
         }
     }
 
+    /** A different endpoint was configured: what was learnt about the old one no longer applies. */
+    void endpointChanged() {
+        lock.lock();
+        try {
+            endpointFailures = 0;
+            pausedUntilNanos = clock.getAsLong();
+            changed.signalAll();
+        } finally {
+            lock.unlock();
+        }
+    }
+
     /** Put a push back to be tried again once the endpoint is back (its age still counts). */
     void retry(Item item) {
         lock.lock();

@@ -148,6 +148,20 @@ class PushQueueTest {
     }
 
     @Test
+    void aNewEndpointEndsThePauseOfTheOldOne() throws Exception {
+        // Given a queue paused for a minute because the endpoint was down
+        PushQueue q = queue(1_000, 60_000);
+        q.offer("a", push("a0"));
+        q.endpointFailed();
+        q.pause(TimeUnit.SECONDS.toNanos(60));
+        assertNull(takeNow(q));
+        // When another endpoint is configured, Then pushes flow at once
+        q.endpointChanged();
+        assertEquals("a0", takeNow(q));
+        assertEquals(0, q.endpointPaused());
+    }
+
+    @Test
     void aRateLimitedClientIsPacedAndItsNewestPushWins() throws Exception {
         // Given client a's push in flight, a newer push of a waiting, and b's push
         PushQueue q = queue(1_000, 60_000);
