@@ -153,7 +153,9 @@ public final class Forwarder implements AutoCloseable {
             try {
                 send(item);
             } catch (RuntimeException e) {
-                queue.failed(item);
+                if (item.inFlight) {  // not settled yet (read without the lock: only this thread settles it)
+                    queue.failed(item);
+                }
                 metrics.recordFailed();
                 warn("client telemetry push failed unexpectedly: {}", e.toString());
             }

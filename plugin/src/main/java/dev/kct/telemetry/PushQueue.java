@@ -60,6 +60,8 @@ final class PushQueue {
         final long bornNanos;
         int attempts;
         boolean tokenReloaded;
+        /** Handed to a sender and not yet settled (guarded by the queue's lock). */
+        boolean inFlight;
 
         Item(Forwarder.Push push, String client, long bornNanos) {
             this.push = push;
@@ -240,6 +242,7 @@ final class PushQueue {
             Item item = cq.items.pollLast();
             waiting--;
             inFlight++;
+            item.inFlight = true;
             cq.busy = true;
             return item;
         }
@@ -377,6 +380,10 @@ final class PushQueue {
 
     private ClientQueue release(Item item) {
         ClientQueue cq = clients.computeIfAbsent(item.client, ClientQueue::new);
+        if (!item.inFlight) {
+            throw new IllegalStateException("push settled twice");
+        }
+        item.inFlight = false;
         cq.busy = false;
         inFlight--;
         bytes -= item.size();
