@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import REPO, Kubectl, OperatorProcess, eventually, unique
+from helpers import Kubectl, OperatorProcess, eventually, kubectl_with_crds, unique
 
 pytestmark = pytest.mark.e2e
 
@@ -31,10 +31,7 @@ SUBSCRIPTIONS = 100
 
 @pytest.fixture(scope="module")
 def kubectl(stack: Any) -> Kubectl:
-    tool = Kubectl(stack.kubeconfig)
-    tool.run("apply", "-f", str(REPO / "crds"))
-    tool.wait_established("crd/clientmetricssubscriptions.telemetry.kct.dev")
-    return tool
+    return kubectl_with_crds(stack.kubeconfig)
 
 
 class Replicas:
