@@ -119,12 +119,13 @@ def run_operator(
     config = OperatorConfig(resync_seconds=resync_seconds, backoff_max_seconds=backoff_max_seconds)
     register_subscription_handlers(registry, config)
     register_receiver_handlers(registry, config)  # TelemetryReceiver
+    # Everything that needs no lease is ready before waiting for it, so a takeover starts kopf at once.
+    memo = kopf.Memo(admins=AdminPool.from_environment(KubernetesSecretReader()))
     elector = None
     if election is not None:
         elector = _lead(election, liveness_endpoint)
         if elector is None:
             return
-    memo = kopf.Memo(admins=AdminPool.from_environment(KubernetesSecretReader()))
     try:
         kopf.run(
             registry=registry,
