@@ -165,3 +165,7 @@ def register_subscription_handlers(registry: kopf.OperatorRegistry, config: Oper
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         if outcome.retry_after is not None:
             raise kopf.TemporaryError(outcome.error or "retrying", delay=outcome.retry_after)
+        if outcome.error:
+            # Released with something left behind: say it in the log too, since events cannot be posted in
+            # a namespace being deleted.
+            kwargs["logger"].warning(outcome.error)
