@@ -131,8 +131,9 @@ def build_session(cfg: AggregationConfig) -> Any:
 def _require_kafka_source(spark: Any) -> None:
     """Fail early, naming the fix, when Spark's Kafka source is not on the classpath (`spark.jars`, or the
     image's jars directory): Spark's own error ("Failed to find data source: kafka") says less."""
-    try:
-        spark.sparkContext._jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider")
+    try:  # Spark's own class lookup (the context class loader, which holds spark.jars), as its source lookup
+        spark.sparkContext._jvm.org.apache.spark.util.Utils.classForName(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider", True, False)
     except AttributeError:  # no JVM gateway (Spark Connect): the server's classpath decides
         return
     except Exception as exc:  # Py4JJavaError wrapping ClassNotFoundException
