@@ -412,10 +412,6 @@ class Demo:
                 config["run"]["mode"] = "batch"
             from kct.aggregation import job
 
-            if config["source"].get("connector") == "jvm" and not job.connector_jars():
-                changes.append("source.connector jvm -> auto (Spark's Kafka connector jars are not installed "
-                               "here: `python dev/spark-deps/install.py --optional`)")
-                config["source"]["connector"] = "auto"
             decoder_jar = getattr(job, "decoder_jar", None)
             if config["source"].get("decoder") == "jvm" and decoder_jar is not None and decoder_jar() is None:
                 changes.append("source.decoder jvm -> auto (the JVM OTLP decoder jar is not built here: "

@@ -142,7 +142,7 @@ def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
     if aggregation is None or not aggregation.enabled:
         return None
     return AggregationConfig(
-        source=SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name, connector="jvm"),
+        source=SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name),
         window=aggregation.window,
         rules=aggregation.rules,
         parquet=ParquetOutputConfig(path=aggregation.sink_path),

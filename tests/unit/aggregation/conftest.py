@@ -17,7 +17,6 @@ pytest.importorskip("pyarrow")
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
-    from kct.aggregation.source import register_source
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -36,7 +35,6 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    register_source(session)
     yield session
     session.stop()
 
