@@ -13,7 +13,6 @@ before we could cap it. Why aiohttp at all: see the README ("HTTP server choice"
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import signal
 import ssl
@@ -29,6 +28,7 @@ from kct.receiver.errors import BadRequest, PayloadTooLarge, PushRejected, Unaut
 from kct.receiver.pipeline import Pipeline, Push
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import CONTENT_TYPE_LATEST, Telemetry
+from kct.receiver.tokens import BearerTokens
 
 __all__ = ["ReceiverServer", "build_ssl_context"]
 
@@ -64,13 +64,18 @@ class ReceiverServer:
     """Owns the pipeline, the aiohttp application and the lifecycle (start, drain on SIGTERM, stop)."""
 
     def __init__(
-        self, config: ReceiverConfig, sink: Sink, *, token: str | None, telemetry: Telemetry | None = None
+        self,
+        config: ReceiverConfig,
+        sink: Sink,
+        *,
+        token: str | BearerTokens | None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.config = config
         self.sink = sink
         self.telemetry = telemetry or Telemetry(config.observability, config.kafka.topic)
         self.pipeline = Pipeline(config, sink, self.telemetry)
-        self._token = token.encode() if token is not None else None
+        self.tokens = BearerTokens(token) if isinstance(token, str) else token
         self.draining = False
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -89,11 +94,10 @@ class ReceiverServer:
         app.router.add_get(self.config.observability.metrics_path, self._prometheus)
         return app
 
-    def _authenticate(self, request: web.Request) -> None:
-        assert self._token is not None
+    def _authenticate(self, request: web.Request, tokens: BearerTokens) -> None:
         header = request.headers.get("Authorization", "")
         scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), self._token):
+        if scheme.lower() != "bearer" or not tokens.accepts(presented.strip().encode()):
             raise Unauthorized("unauthenticated", "missing or invalid bearer token")
 
     async def _read_body(self, request: web.Request) -> bytes:
@@ -125,8 +129,8 @@ class ReceiverServer:
         fmt = response_format(headers.get("Content-Type"))
         try:
             try:
-                if self._token is not None:
-                    self._authenticate(request)
+                if self.tokens is not None:
+                    self._authenticate(request, self.tokens)
                 content_type = headers.get("Content-Type", "")
                 content_encoding = headers.get("Content-Encoding", "")
                 negotiated = negotiate(content_type, content_encoding)
