@@ -134,8 +134,8 @@ def test_pushes_through_the_plugin_are_never_refused_across_two_rotations(
     token_c = secrets.token_hex(24)
     run = uuid.uuid4().hex[:6]
     topic = f"kct-e2e-rotation-{run}"
-    for future in AdminClient({"bootstrap.servers": stack.kafka_bootstrap}).create_topics(
-            [NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+    topics_admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})  # alive until the futures resolve
+    for future in topics_admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
         future.result(timeout=30)
 
     volume = SecretVolume(tmp_path / "token-secret", token_a)
