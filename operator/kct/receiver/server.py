@@ -174,8 +174,9 @@ class ReceiverServer:
         self._warn_refused(BadRequest("bad_http", f"malformed HTTP request: {exc.message}"), status=status)
 
     def _warn_refused(self, exc: PushRejected, *, status: int | None = None) -> None:
-        """Log server-side refusals (503) at most once per second per reason, with how many were skipped:
-        during a Kafka outage there can be thousands per second."""
+        """Log server-side refusals (503) and malformed HTTP at most once per second per reason, with how many
+        were skipped: during a Kafka outage, or from a broken or hostile sender, there can be thousands per
+        second."""
         now = time.monotonic()
         last, skipped = self._refusal_log.get(exc.reason, (0.0, 0))
         if now - last < 1.0:
