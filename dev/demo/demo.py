@@ -264,13 +264,19 @@ class Demo:
                 raise DemoError(f"the rendered listen.port {listen.get('port')} is not the port the broker plugin "
                                 f"posts to ({self.env.get('KCT_TELEMETRY_ENDPOINT')})")
             self.topic = config["kafka"]["topic"]
-            path = self.out / "receiver.yaml"
-            path.write_text(yaml.safe_dump(config, sort_keys=False))
             env = dict(self.env)
-            token_env = (config.get("auth") or {}).get("bearerTokenEnv")
+            auth = config.get("auth") or {}
+            token_env = auth.get("bearerTokenEnv")
             if token_env:
                 env[token_env] = Path(self.env["KCT_RECEIVER_TOKEN_FILE"]).read_text().strip()
                 log(f"    {token_env} = the content of Secret {TOKEN_SECRET} (the stack's push token)")
+            if auth.get("bearerTokenFile"):
+                rendered_file = auth["bearerTokenFile"]
+                auth["bearerTokenFile"] = self.env["KCT_RECEIVER_TOKEN_FILE"]
+                log(f"    adjusted auth.bearerTokenFile {rendered_file} -> {_rel(Path(auth['bearerTokenFile']))} "
+                    f"(in a pod, Secret {TOKEN_SECRET} is mounted there; here, the stack's push token file)")
+            path = self.out / "receiver.yaml"
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
             if _port_open(endpoint_port):
                 raise DemoError(f"port 127.0.0.1:{endpoint_port} is already taken (another receiver?); stop it first")
             self.start("receiver", [str(KCT), "receiver", "--config", str(path)], env)
