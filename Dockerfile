@@ -15,7 +15,7 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 ARG MAVEN_IMAGE=maven:3.9.11-eclipse-temurin-17
 # The Spark release of the job image: the official image and the connector jars (dev/spark-deps/pom.xml)
 # both follow it. Keep it the release the aggregation job is tested with (pyspark in pyproject.toml).
-ARG SPARK_VERSION=4.1.1
+ARG SPARK_VERSION=4.2.0
 
 # ---------------------------------------------------------------------------------------- broker plugin
 FROM ${MAVEN_IMAGE} AS plugin-build
@@ -28,7 +28,7 @@ RUN --mount=type=cache,target=/root/.m2 \
 FROM scratch AS plugin
 COPY --from=plugin-build /kct-telemetry-plugin.jar /
 
-# ------------------------------------------------------------------- Spark connectors (kafka, protobuf)
+# ------------------------------------------------------- Spark's Kafka source (spark-sql-kafka + deps)
 FROM ${MAVEN_IMAGE} AS spark-jars
 ARG SPARK_VERSION
 WORKDIR /src

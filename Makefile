@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint plugin-test images stack-install pytest test unit stack-up stack-down stack-status demo bench manifests tools clean
+.PHONY: help venv spark-jars lint plugin-test images stack-install pytest test unit stack-up stack-down stack-status demo bench manifests tools clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ $(INSTALLED): pyproject.toml
 	@touch $@
 
 venv: $(INSTALLED)  ## create or update .venv
+
+spark-jars: venv  ## Spark's Kafka source and the OTLP decoder jar for the pinned pyspark (Maven; ~/.cache/kct)
+	$(VPY) dev/spark-deps/install.py
 
 lint: venv  ## ruff (with the complexity check C901), import-linter's layer contracts, mypy --strict, hadolint
 	$(VENV)/bin/ruff check operator tests bench dev
@@ -45,12 +48,12 @@ stack-install:  ## download and build what the local stack runs (kube-apiserver,
 	$(PYTHON) dev/stack/stack.py install
 	$(PYTHON) dev/tools/tools.py install
 
-# The image tests read the archive `make images` writes, the e2e tests the stack's binaries: building them
-# (downloads, a cold Go build of the API server) happens here, never inside a test's timeout.
-pytest: venv images stack-install  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
+# The image tests read the archive `make images` writes, the e2e tests the stack's binaries and the Spark
+# jars: building them (downloads, a cold Go build of the API server) happens here, never inside a test's timeout.
+pytest: venv images spark-jars stack-install  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-unit: venv images  ## only the tests that need no server
+unit: venv images spark-jars  ## only the tests that need no server
 	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
 
 test: lint plugin-test pytest  ## everything CI runs: lint, JUnit, pytest (the README's test command)
@@ -64,10 +67,10 @@ stack-down:  ## stop everything stack-up started
 stack-status:  ## what is running
 	$(PYTHON) dev/stack/stack.py status
 
-demo: venv  ## the whole system locally: stack, operator, receiver, real clients, Spark; summary + HTML report (KEEP=1 keeps the stack)
+demo: venv spark-jars  ## the whole system locally: stack, operator, receiver, real clients, Spark; summary + HTML report (KEEP=1 keeps the stack)
 	$(VPY) dev/demo/demo.py $(if $(filter 1,$(KEEP)),--keep-stack) $(DEMO_ARGS)
 
-bench: venv  ## the benchmarks with quick settings, one table of figures (BENCH_ARGS=--full: the scripts' defaults)
+bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures (BENCH_ARGS=--full: the scripts' defaults)
 	$(VPY) bench/run_all.py $(BENCH_ARGS)
 
 manifests:  ## regenerate helm/kct/crds, deploy/install.yaml and deploy/argocd/argocd-cm-health.yaml

@@ -27,7 +27,6 @@ import multiprocessing
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -43,8 +42,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dev" / "stack"))
-import _proc  # noqa: E402  (dev/stack is not a package)
-import kafka_broker  # noqa: E402
+import kafka_broker  # noqa: E402  (dev/stack is not a package)
 
 STATE = REPO / "build" / "bench" / "plugin-latency"
 PORT, CONTROLLER_PORT, SINK_PORT = 39092, 39093, 39318
@@ -72,55 +70,15 @@ def _serve_sink(counter: Synchronized[int]) -> None:
     server.serve_forever()
 
 
-# Reads the plugin's own metrics from the running broker over JMX (attach API, JDK single-file launcher).
-_JMX_DUMP = """
-import com.sun.tools.attach.VirtualMachine;
-import javax.management.MBeanAttributeInfo;
-import javax.management.MBeanServerConnection;
-import javax.management.ObjectName;
-import javax.management.remote.JMXConnector;
-import javax.management.remote.JMXConnectorFactory;
-import javax.management.remote.JMXServiceURL;
-
-public class JmxDump {
-    public static void main(String[] args) throws Exception {
-        VirtualMachine vm = VirtualMachine.attach(args[0]);
-        String url = vm.startLocalManagementAgent();
-        vm.detach();
-        try (JMXConnector c = JMXConnectorFactory.connect(new JMXServiceURL(url))) {
-            MBeanServerConnection s = c.getMBeanServerConnection();
-            for (ObjectName n : s.queryNames(new ObjectName(args[1]), null)) {
-                for (MBeanAttributeInfo i : s.getMBeanInfo(n).getAttributes()) {
-                    System.out.println(i.getName() + "=" + s.getAttribute(n, i.getName()));
-                }
-            }
-        }
-    }
-}
-"""
-
-
 def plugin_counters() -> dict[str, float]:
     """forwarded/dropped/failed... totals of the broker's plugin, read over JMX; {} if unavailable."""
-    pid = _proc.read_pid(STATE, "kafka")
-    source = STATE / "JmxDump.java"
-    source.write_text(_JMX_DUMP)
-    try:
-        out = subprocess.run(["java", str(source), str(pid), "kct.telemetry:type=client-telemetry-forwarder,*"],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    values: dict[str, float] = {}
-    for line in out.splitlines():
-        name, _, value = line.partition("=")
-        with contextlib.suppress(ValueError):
-            values[name] = float(value)
-    return values
+    return kafka_broker.plugin_counters(STATE)
 
 
 def _show_counters(when: str, c: dict[str, float]) -> None:
-    keys = ("forwarded-total", "dropped-total", "failed-total", "retries-total", "queue-depth",
-            "send-latency-avg", "send-latency-max")
+    keys = ("forwarded-total", "dropped-total", "dropped-queue-full-total", "dropped-expired-total",
+            "failed-total", "retries-total", "endpoint-unavailable-total", "queue-depth", "send-latency-avg",
+            "send-latency-max")
     print(f"plugin JMX {when}: " + ", ".join(f"{k}={c[k]:.1f}" for k in keys if k in c), flush=True)
 
 

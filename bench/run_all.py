@@ -89,19 +89,28 @@ def parse_operator(output: str) -> list[Figure]:
 
 
 def parse_spark(output: str) -> list[Figure]:
-    pattern = r"^\s+(read|decode|python|aggregate|batch|stream)\s+[\d.]+ s\s+([\d,]+) records/s\s+([\d,]+) points/s"
+    pattern = (r"^\s+(demo|read|decode|aggregate|batch|stream|bare)\s+[\d.]+ s\s+([\d,]+) records/s\s+"
+               r"([\d,]+) points/s")
     rows = {m.group(1): (_num(m.group(2)), _num(m.group(3))) for m in re.finditer(pattern, output, re.MULTILINE)}
     labels = {
         "stream": "end to end, Structured Streaming (topic -> Parquet)",
         "batch": "end to end, batch job (topic -> Parquet, roll-ups, alerts)",
+        "bare": "bare Spark groupBy(window, series) over Parquet points",
         "decode": "decode step (OTLP -> data points, in Spark)",
         "aggregate": "aggregate step (Spark SQL windows)",
     }
-    figures = [(f"points/s, {labels[k]}", _fmt(rows[k][1])) for k in ("stream", "batch", "decode", "aggregate")
+    figures = [(f"points/s, {labels[k]}", _fmt(rows[k][1])) for k in ("stream", "batch", "bare", "decode", "aggregate")
                if k in rows]
-    source = re.search(r"kafka source: ([^,\s]+)(?:, decoder: (\S+))?", output)
+    for which in ("batch", "stream"):
+        match = re.search(rf"ratio\s+{which} / bare = ([\d.]+)", output)
+        if match:
+            figures.append((f"ratio {which} / bare (same run)", match.group(1)))
+    match = re.search(r"^\s+demo\s+([\d.]+) s", output, re.MULTILINE)
+    if match:
+        figures.append(("demo-sized run_batch after JVM start", f"{_num(match.group(1)):.1f} s"))
+    source = re.search(r"kafka source: ([^,]+), decoder: (\S+)", output)
     if source and figures:
-        figures.append(("Kafka source / OTLP decoder used", f"{source.group(1)} / {source.group(2) or 'python'}"))
+        figures.append(("Kafka source / OTLP decoder used", f"{source.group(1)} / {source.group(2)}"))
     return figures
 
 

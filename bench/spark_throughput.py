@@ -1,39 +1,44 @@
-"""Spark aggregation throughput: data points/s end to end (topic -> aggregates) on this machine.
+"""Spark aggregation throughput: the job end to end next to a bare Spark groupBy, and the demo-sized run.
 
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092 .venv/bin/python bench/spark_throughput.py [--pushes 10000]
-        [--decoder auto|jvm|python]
+        [--clients 200] [--partitions 46] [--decoder auto|jvm|python] [--no-stream] [--stages]
+        [--source KEY=VALUE ...]
 
-Fills a fresh topic with realistic pushes (~100 data points each: the standard producer metrics plus
-46 partitions' series, like KIP-714's sizing example), then measures, in one local[2] SparkSession:
+Fills a fresh topic with realistic pushes (~100 data points each: the standard producer metrics plus 46
+partitions' series, like KIP-714's sizing example) and, in one local[2] SparkSession, measures:
 
-  read      the topic -> raw records (Kafka source only)
-  decode    cached records -> data points (`--decoder`: the JVM function, or mapInArrow in Python)
-  python    the same decoding in this process without Spark (the per-core ceiling of that step)
-  aggregate cached points -> client_metrics (the Spark SQL windowed aggregation, noop sink)
-  batch     end to end: `kct aggregate --mode batch` (read, decode, aggregate, roll-ups, alerts, Parquet)
-  stream    end to end: Structured Streaming, availableNow trigger, to Parquet
+  demo      `run_batch` on a demo-sized topic (one minute of four clients, ~670 points), first thing after
+            the JVM started (what `make demo` waits for)
+  batch     end to end: `run_batch` (topic -> decode -> client_metrics, roll-ups, terminations, alerts -> Parquet)
+  stream    end to end: Structured Streaming, availableNow trigger, topic -> the same Parquet tables
+  bare      Spark alone: the same data points, pre-flattened in Parquet (window-able columns only), through
+            groupBy(window, series) with min/max/avg/count -> Parquet: what Spark itself does on this machine
+  ratio     batch (and stream) points/s divided by bare points/s, measured in this run
 
-Each line prints seconds, records/s and data points/s, so the output says where the time goes. The
-figures are for this 2-core machine shared with other work: compare runs, not absolute values.
+With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points)
+and `aggregate` (cached points -> client_metrics, noop sink). Each line prints seconds, records/s and data
+points/s. `--source KEY=VALUE` adds keys to the job's `source:` config (e.g. to replay an older checkout's
+options). The figures are for this 2-core machine shared with other work: compare runs made in the same
+conditions, not absolute values.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
 S = 1_000_000_000
 
 
-def fill_topic(bootstrap: str, pushes: int, clients: int, partitions: int) -> tuple[str, int]:
-    import uuid
-
+def fill_topic(bootstrap: str, pushes: int, clients: int, partitions: int, interval_s: int = 10) -> tuple[str, int]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -45,13 +50,13 @@ def fill_topic(bootstrap: str, pushes: int, clients: int, partitions: int) -> tu
     producer = Producer({"bootstrap.servers": bootstrap, "enable.metrics.push": False, "linger.ms": 50,
                          "compression.type": "lz4", "queue.buffering.max.messages": 200_000})
     rounds = max(1, pushes // clients)
-    begin = (time.time_ns() // (60 * S)) * 60 * S - rounds * 10 * S
+    begin = (time.time_ns() // (60 * S)) * 60 * S - rounds * interval_s * S
     fleet = [SyntheticClient(f"bench-{i % 50}", started_ns=begin - S, seed=i + 1, partitions=partitions)
              for i in range(clients)]
     sent = 0
     for k in range(rounds):
         for c in fleet:
-            rec = c.push(begin + k * 10 * S)
+            rec = c.push(begin + k * interval_s * S)
             producer.produce(topic, key=rec.key, value=rec.value, headers=rec.headers)
             producer.poll(0)
             sent += 1
@@ -59,13 +64,58 @@ def fill_topic(bootstrap: str, pushes: int, clients: int, partitions: int) -> tu
     return topic, sent
 
 
-def timed(label: str, records: int, points: int, fn: Any) -> float:
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the deletion is answered
+    for future in admin.delete_topics(topics).values():
+        future.result(30)
+
+
+def line(label: str, took: float, records: int, points: int, note: str = "") -> None:
+    print(f"  {label:<10} {took:8.2f} s  {records / took:10,.0f} records/s  {points / took:12,.0f} points/s"
+          + (f"  {note}" if note else ""), flush=True)
+
+
+def timed(fn: Any) -> tuple[float, Any]:
     started = time.perf_counter()
-    fn()
-    took = time.perf_counter() - started
-    print(f"  {label:<10} {took:8.1f} s  {records / took:10,.0f} records/s  {points / took:12,.0f} points/s",
-          flush=True)
-    return took
+    out = fn()
+    return time.perf_counter() - started, out
+
+
+def job_config(args: argparse.Namespace, topic: str, work: Path, extra_source: dict[str, str]) -> Any:
+    from kct.aggregation.config import parse_config
+
+    return parse_config({
+        "source": {"bootstrapServers": args.bootstrap, "topic": topic, "decoder": args.decoder, **extra_source},
+        "rules": [{"name": "queue", "metric": "org.apache.kafka.producer.record.queue.time.max", "field": "max",
+                   "op": ">", "threshold": 5000, "forSeconds": 180}],
+        "parquet": {"path": str(work / "out")},
+        "run": {"mode": "batch", "untilDrained": True, "checkpointPath": str(work / "ck")},
+        "spark": {"master": args.master, "shufflePartitions": args.shuffle_partitions,
+                  "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "3g"}},
+    })
+
+
+def bare_groupby(spark: Any, points: Any, work: Path, window_s: int) -> tuple[float, int]:
+    """Spark alone: the points' window-able columns in Parquet (written untimed), then timed: read ->
+    groupBy(window, series) min/max/avg/count -> Parquet. Returns (seconds, points)."""
+    from pyspark.sql import functions as F
+
+    flat = work / "flat"
+    points.select("time", "client_instance_id", "metric", "attributes_key", "value").write.mode("overwrite") \
+        .parquet(str(flat))
+    n = int(spark.read.parquet(str(flat)).count())
+
+    def run() -> None:
+        df = spark.read.parquet(str(flat))
+        out = df.groupBy(F.window("time", f"{window_s} seconds"), "client_instance_id", "metric", "attributes_key") \
+            .agg(F.min("value"), F.max("value"), F.avg("value"), F.count("value"))
+        out.write.mode("overwrite").parquet(str(work / "bare-out"))
+
+    run()  # same plan once untimed: the job's paths are timed warm too (after the demo-sized run)
+    took, _ = timed(run)
+    return took, n
 
 
 def main() -> int:
@@ -75,75 +125,99 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--partitions", type=int, default=46, help="per-partition series per push (2 points each)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--decoder", choices=("auto", "jvm", "python"), default="auto",
                         help="source.decoder of the job (auto: the JVM decoder when its jar is built)")
+    parser.add_argument("--source", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra key of the job's source config (repeatable)")
+    parser.add_argument("--no-stream", action="store_true", help="skip the Structured Streaming run")
+    parser.add_argument("--stages", action="store_true", help="also time read, decode and aggregate alone")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = parser.parse_args()
+    extra_source = dict(kv.split("=", 1) for kv in args.source)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from kct.aggregation.config import parse_config
-    from kct.aggregation.decode import decode_arrow_batches
     from kct.aggregation.job import build_session, decode_records, read_records, run_batch, run_stream
-    from kct.aggregation.transforms import aggregate_client_metrics
 
     t0 = time.perf_counter()
     topic, records = fill_topic(args.bootstrap, args.pushes, args.clients, args.partitions)
-    print(f"topic {topic}: {records} pushes produced in {time.perf_counter() - t0:.1f}s", flush=True)
+    demo_topic, demo_records = fill_topic(args.bootstrap, 24, 4, 10)
+    print(f"topic {topic}: {records} pushes, topic {demo_topic}: {demo_records} pushes (demo-sized), "
+          f"produced in {time.perf_counter() - t0:.1f}s", flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="kct-bench-"))
-    cfg = parse_config({
-        "source": {"bootstrapServers": args.bootstrap, "topic": topic, "decoder": args.decoder},
-        "rules": [{"name": "queue", "metric": "org.apache.kafka.producer.record.queue.time.max", "field": "max",
-                   "op": ">", "threshold": 5000, "forSeconds": 180}],
-        "parquet": {"path": str(work / "out")},
-        "run": {"mode": "batch", "untilDrained": True, "checkpointPath": str(work / "ck")},
-        "spark": {"master": args.master, "shufflePartitions": 4,
-                  "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "3g"}},
-    })
-    spark = build_session(cfg)
-    spark.sparkContext.setLogLevel("ERROR")
-    connector = "spark-sql-kafka" if "spark-sql-kafka" in str(spark.conf.get("spark.jars", "")) else "python"
-    plan = decode_records(read_records(spark, cfg, streaming=False), cfg)._jdf.queryExecution().executedPlan()
-    decoder = "python" if "MapInArrow" in plan.toString() else "jvm"
-    print(f"spark {spark.version}, master {args.master}, kafka source: {connector}, decoder: {decoder}", flush=True)
+    figures: dict[str, Any] = {}
+    try:
+        cfg = job_config(args, topic, work, extra_source)
+        demo_cfg = job_config(args, demo_topic, work / "demo", extra_source)
+        t0 = time.perf_counter()
+        spark = build_session(cfg)
+        spark.sparkContext.setLogLevel("ERROR")
+        print(f"JVM and SparkSession started in {time.perf_counter() - t0:.1f}s", flush=True)
+        plan = decode_records(read_records(spark, cfg, streaming=False), cfg)._jdf.queryExecution().executedPlan()
+        text = plan.toString()
+        source = "python (kct_kafka)" if "kct_kafka" in text or "PythonDataSource" in text else "spark-sql-kafka"
+        decoder = "python" if "MapInArrow" in text else "jvm"
+        print(f"spark {spark.version}, master {args.master}, kafka source: {source}, decoder: {decoder}", flush=True)
 
-    raw = read_records(spark, cfg, streaming=False).persist()
-    n_records = raw.count()  # warms the JVM and the Python workers; timed again below
-    n_points = decode_records(raw.limit(200), cfg).count()  # warm-up of the decoding workers
-    started = time.perf_counter()
-    n_points = decode_records(raw, cfg).count()
-    decode_took = time.perf_counter() - started
-    print(f"{n_records} records, {n_points} data points ({n_points / max(n_records, 1):.0f} per push)\n", flush=True)
-    timed("read", n_records, n_points, lambda: read_records(spark, cfg, streaming=False).count())
-    print(f"  {'decode':<10} {decode_took:8.1f} s  {n_records / decode_took:10,.0f} records/s  "
-          f"{n_points / decode_took:12,.0f} points/s", flush=True)
-    points_df = decode_records(raw, cfg).persist()
-    points_df.count()
-    batch = raw.limit(2000).toArrow()
-    one = batch.num_rows
-    started = time.perf_counter()
-    produced = sum(b.num_rows for b in decode_arrow_batches(batch.to_batches(max_chunksize=1000)))
-    took = time.perf_counter() - started
-    print(f"  {'python':<10} {took:8.2f} s  {one / took:10,.0f} records/s  {produced / took:12,.0f} points/s"
-          "  (1 core, no Spark)", flush=True)
-    timed("aggregate", n_records, n_points,
-          lambda: aggregate_client_metrics(points_df, watermark_seconds=None).write.format("noop")
-          .mode("overwrite").save())
-    raw.unpersist()
-    points_df.unpersist()
-    timed("batch", n_records, n_points, lambda: run_batch(spark, cfg))
-    stream_cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"mode": "stream"})})
+        took, counts = timed(lambda: run_batch(spark, demo_cfg))
+        demo_points = int(counts["points"])
+        print(f"\n{records} pushes; demo-sized: {demo_records} pushes, {demo_points} points\n", flush=True)
+        line("demo", took, demo_records, demo_points, "(run_batch, first job after JVM start)")
+        figures["demo_seconds"] = round(took, 2)
 
-    def stream() -> None:
-        for query in run_stream(spark, stream_cfg):
-            query.awaitTermination()
+        took, counts = timed(lambda: run_batch(spark, cfg))
+        points = int(counts["points"])
+        line("batch", took, records, points)
+        figures["batch_points_s"] = round(points / took)
 
-    timed("stream", n_records, n_points, stream)
-    spark.stop()
-    from confluent_kafka.admin import AdminClient
+        if not args.no_stream:
+            stream_cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"mode": "stream"}),
+                                                "parquet": cfg.parquet.model_copy(update={"path": str(work / "s")})})
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})  # kept alive until the deletion is answered
-    admin.delete_topics([topic])[topic].result(30)
+            def stream() -> None:
+                for query in run_stream(spark, stream_cfg):
+                    query.awaitTermination()
+
+            took, _ = timed(stream)
+            line("stream", took, records, points)
+            figures["stream_points_s"] = round(points / took)
+
+        raw = read_records(spark, cfg, streaming=False).persist()
+        raw.count()
+        decoded = decode_records(raw, cfg).persist()
+        decoded.count()
+        bare_took, bare_points = bare_groupby(spark, decoded, work, cfg.window.size_seconds)
+        line("bare", bare_took, records, bare_points, "(Parquet points -> groupBy(window, series) -> Parquet)")
+        figures["bare_points_s"] = round(bare_points / bare_took)
+        if args.stages:
+            from pyspark.sql import functions as F
+
+            from kct.aggregation.transforms import aggregate_client_metrics
+
+            took, _ = timed(lambda: read_records(spark, cfg, streaming=False).count())
+            line("read", took, records, points)
+            took, _ = timed(lambda: decode_records(raw, cfg).where(F.col("value").isNotNull()).count())
+            line("decode", took, records, points)
+            took, _ = timed(lambda: aggregate_client_metrics(decoded, watermark_seconds=None)
+                            .write.format("noop").mode("overwrite").save())
+            line("aggregate", took, records, points)
+        raw.unpersist()
+        decoded.unpersist()
+
+        figures["ratio_batch"] = round(figures["batch_points_s"] / figures["bare_points_s"], 3)
+        print(f"\n  ratio      batch / bare = {figures['ratio_batch']:.3f}", flush=True)
+        if "stream_points_s" in figures:
+            figures["ratio_stream"] = round(figures["stream_points_s"] / figures["bare_points_s"], 3)
+            print(f"  ratio      stream / bare = {figures['ratio_stream']:.3f}", flush=True)
+        figures.update(spark=spark.version, kafka_source=source, decoder=decoder, points=points, pushes=records)
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        delete_topics(args.bootstrap, [topic, demo_topic])
+    if args.json:
+        print(json.dumps(figures))
     return 0
 
 

@@ -264,13 +264,19 @@ class Demo:
                 raise DemoError(f"the rendered listen.port {listen.get('port')} is not the port the broker plugin "
                                 f"posts to ({self.env.get('KCT_TELEMETRY_ENDPOINT')})")
             self.topic = config["kafka"]["topic"]
-            path = self.out / "receiver.yaml"
-            path.write_text(yaml.safe_dump(config, sort_keys=False))
             env = dict(self.env)
-            token_env = (config.get("auth") or {}).get("bearerTokenEnv")
+            auth = config.get("auth") or {}
+            token_env = auth.get("bearerTokenEnv")
             if token_env:
                 env[token_env] = Path(self.env["KCT_RECEIVER_TOKEN_FILE"]).read_text().strip()
                 log(f"    {token_env} = the content of Secret {TOKEN_SECRET} (the stack's push token)")
+            if auth.get("bearerTokenFile"):
+                rendered_file = auth["bearerTokenFile"]
+                auth["bearerTokenFile"] = self.env["KCT_RECEIVER_TOKEN_FILE"]
+                log(f"    adjusted auth.bearerTokenFile {rendered_file} -> {_rel(Path(auth['bearerTokenFile']))} "
+                    f"(in a pod, Secret {TOKEN_SECRET} is mounted there; here, the stack's push token file)")
+            path = self.out / "receiver.yaml"
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
             if _port_open(endpoint_port):
                 raise DemoError(f"port 127.0.0.1:{endpoint_port} is already taken (another receiver?); stop it first")
             self.start("receiver", [str(KCT), "receiver", "--config", str(path)], env)
@@ -412,10 +418,6 @@ class Demo:
                 config["run"]["mode"] = "batch"
             from kct.aggregation import job
 
-            if config["source"].get("connector") == "jvm" and not job.connector_jars():
-                changes.append("source.connector jvm -> auto (Spark's Kafka connector jars are not installed "
-                               "here: `python dev/spark-deps/install.py --optional`)")
-                config["source"]["connector"] = "auto"
             decoder_jar = getattr(job, "decoder_jar", None)
             if config["source"].get("decoder") == "jvm" and decoder_jar is not None and decoder_jar() is None:
                 changes.append("source.decoder jvm -> auto (the JVM OTLP decoder jar is not built here: "

@@ -1,22 +1,20 @@
 #!/usr/bin/env python3
-"""Install the aggregation job's jars for local runs: our OTLP decoder and Spark's Kafka connector (stdlib only).
+"""Install the aggregation job's jars for local runs: Spark's Kafka source and our OTLP decoder (stdlib only).
 
-    python dev/spark-deps/install.py [--python .venv/bin/python] [--optional] [--decoder-only]
+    python dev/spark-deps/install.py [--python .venv/bin/python] [--decoder-only]
+
+Runs `mvn dependency:copy-dependencies` on dev/spark-deps/pom.xml with the Spark and Scala versions of the
+installed pyspark (pinned in pyproject.toml), into ~/.cache/kct/spark-jars/<spark version>/ (skipped when
+already there): spark-sql-kafka-0-10, spark-token-provider-kafka-0-10, kafka-clients and commons-pool2, the
+jars Spark itself does not ship. The job (`kct aggregate`) passes them with `spark.jars` (local paths; never
+`spark.jars.packages`, which resolves at run time over the network) and reads the topic with Spark's own
+Kafka source; without them it stops, naming this script. `make spark-jars` runs it (the targets that start
+Spark depend on it), so downloads happen on the host, never inside a test.
 
 The JVM OTLP decoder (spark/otlp-decoder, a Spark Java function with protobuf shaded in) is built with
 `mvn -q package` against the installed pyspark's own jars into ~/.cache/kct/spark-decoder/<hash>/, where
 <hash> covers the decoder's sources and the Spark version (`decoder_source_hash`, computed the same way by
 `kct.aggregation.job.decoder_jar`): an unchanged decoder is not rebuilt, a changed one is never used stale.
-
-Runs `mvn dependency:copy-dependencies` on dev/spark-deps/pom.xml with the Spark and Scala versions of the
-installed pyspark, into ~/.cache/kct/spark-jars/<spark version>/ (skipped when already there). The job
-(`kct aggregate`) then passes those jars with `spark.jars` (local paths; never `spark.jars.packages`, which
-resolves at run time over the network) and reads the topic with Spark's own Kafka source.
-
-When the registry does not serve the connector for this exact Spark version (on this project's machines it
-serves neither spark-protobuf nor spark-token-provider-kafka-0-10, which spark-sql-kafka needs), the job
-falls back to its built-in Python Kafka source and Python OTLP decoding; `--optional` makes that a warning
-instead of an error, so `make` targets can call this unconditionally.
 """
 
 from __future__ import annotations
@@ -94,7 +92,7 @@ def install(python: str) -> Path:
     spark, scala = pyspark_versions(python)
     target: Path = _proc.cache_dir("spark-jars", spark)
     if any(target.glob("spark-sql-kafka-*.jar")):
-        print(f"spark connector jars for Spark {spark} already in {target}")
+        print(f"Spark's Kafka source jars for Spark {spark} already in {target}")
         return target
     with _proc.step(f"spark-sql-kafka {spark} (Scala {scala}) into {target}"):
         staging = target.with_name(target.name + ".part")
@@ -102,9 +100,8 @@ def install(python: str) -> Path:
         try:
             _proc.run(
                 ["mvn", "-B", "-q", "-U", "-f", HERE / "pom.xml", "dependency:copy-dependencies",
-                 "-DincludeScope=runtime",
                  f"-Dspark.version={spark}", f"-Dscala.binary.version={scala}", f"-DoutputDirectory={staging}"],
-                tool="spark-connectors", version=spark,
+                tool="spark-sql-kafka", version=spark,
             )
         except _proc.InstallError:
             shutil.rmtree(staging, ignore_errors=True)
@@ -118,25 +115,15 @@ def install(python: str) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter whose pyspark decides the versions")
-    parser.add_argument("--optional", action="store_true", help="exit 0 when the connector cannot be had")
     parser.add_argument("--decoder-only", action="store_true", help="build the OTLP decoder jar only")
     args = parser.parse_args()
     try:
         install_decoder(args.python)
+        if not args.decoder_only:
+            install(args.python)
     except _proc.InstallError as exc:
-        print(f"{exc}\n", file=sys.stderr)
-        print("The aggregation job will decode in Python instead (source.decoder: auto).", file=sys.stderr)
-        if not args.optional:
-            return 1
-    if args.decoder_only:
-        return 0
-    try:
-        install(args.python)
-    except _proc.InstallError as exc:
-        print(f"{exc}\n", file=sys.stderr)
-        print("The aggregation job will use its Python Kafka source instead (source.connector: auto).",
-              file=sys.stderr)
-        return 0 if args.optional else 1
+        print(f"{exc}", file=sys.stderr)
+        return 1
     return 0
 
 

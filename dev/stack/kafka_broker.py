@@ -17,10 +17,12 @@ kafka-python package. Standard library only (it runs before any virtualenv exist
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import shutil
 import socket
 import struct
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -34,6 +36,7 @@ __all__ = [
     "down",
     "install",
     "metadata_broker_count",
+    "plugin_counters",
     "plugin_jar",
     "status",
     "up",
@@ -342,3 +345,54 @@ def status(state: Path, *, name: str = NAME, port: int = PORT) -> list[str]:
     return [f"kafka {KAFKA_VERSION}: running (pid {pid}) on {HOST}:{port}, {plugin}, "
             f"telemetry APIs 71/72 {'advertised' if telemetry else 'NOT advertised'}"]
 
+
+
+# Reads the plugin's own metrics from the running broker over JMX (attach API, JDK single-file launcher).
+_JMX_DUMP = """
+import com.sun.tools.attach.VirtualMachine;
+import javax.management.MBeanAttributeInfo;
+import javax.management.MBeanServerConnection;
+import javax.management.ObjectName;
+import javax.management.remote.JMXConnector;
+import javax.management.remote.JMXConnectorFactory;
+import javax.management.remote.JMXServiceURL;
+
+public class JmxDump {
+    public static void main(String[] args) throws Exception {
+        VirtualMachine vm = VirtualMachine.attach(args[0]);
+        String url = vm.startLocalManagementAgent();
+        vm.detach();
+        try (JMXConnector c = JMXConnectorFactory.connect(new JMXServiceURL(url))) {
+            MBeanServerConnection s = c.getMBeanServerConnection();
+            for (ObjectName n : s.queryNames(new ObjectName(args[1]), null)) {
+                for (MBeanAttributeInfo i : s.getMBeanInfo(n).getAttributes()) {
+                    System.out.println(i.getName() + "=" + s.getAttribute(n, i.getName()));
+                }
+            }
+        }
+    }
+}
+"""
+
+
+def plugin_counters(state: Path, *, name: str = NAME) -> dict[str, float]:
+    """The plugin's own metrics (forwarded-total, dropped-*-total, queue-depth...) read from the running
+    broker over JMX; {} when the broker is not running or cannot be attached to."""
+    pid = _proc.read_pid(state, name)
+    if pid is None:
+        return {}
+    source = state / name / "JmxDump.java"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(_JMX_DUMP)
+    try:
+        out = subprocess.run([_require("java"), str(source), str(pid),
+                              "kct.telemetry:type=client-telemetry-forwarder,*"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError, _proc.InstallError):
+        return {}
+    values: dict[str, float] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        with contextlib.suppress(ValueError):
+            values[key] = float(value)
+    return values

@@ -116,12 +116,12 @@ def kafka_start() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["install", "up", "down", "status", "kafka-stop", "kafka-start"])
-    args = parser.parse_args(argv)
     actions = {
         "install": install, "up": up, "down": down, "status": status,
         "kafka-stop": kafka_stop, "kafka-start": kafka_start,
     }
+    parser.add_argument("action", choices=list(actions))
+    args = parser.parse_args(argv)
     try:
         return actions[args.action]()
     except _proc.InstallError as exc:

@@ -52,7 +52,7 @@ def produce(bootstrap: str, topic: str, records: list[Any]) -> None:
 def write_config(path: Path, topic: str, out: Path, *, mode: str, rules: list[dict[str, Any]] | None = None,
                  extra: dict[str, Any] | None = None) -> Path:
     cfg: dict[str, Any] = {
-        "source": {"bootstrapServers": "${KAFKA_BOOTSTRAP_SERVERS}", "topic": topic, "connector": "auto"},
+        "source": {"bootstrapServers": "${KAFKA_BOOTSTRAP_SERVERS}", "topic": topic},
         "window": {"sizeSeconds": 60, "watermarkSeconds": 120, "counterLookbackWindows": 5},
         "rules": rules or [],
         "parquet": {"path": str(out)},

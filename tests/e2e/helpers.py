@@ -108,6 +108,14 @@ class Kubectl:
         return {}
 
 
+def kubectl_with_crds(kubeconfig: Path) -> Kubectl:
+    """A Kubectl on `kubeconfig` once the project's CRDs are applied and the subscription CRD is Established."""
+    tool = Kubectl(kubeconfig)
+    tool.run("apply", "-f", str(REPO / "crds"))
+    tool.wait_established("crd/clientmetricssubscriptions.telemetry.kct.dev")
+    return tool
+
+
 class OperatorProcess:
     """`kct operator` as a subprocess, alive once its liveness endpoint answers."""
 

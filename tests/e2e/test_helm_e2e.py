@@ -48,15 +48,16 @@ class Cluster:
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return _run([str(self.helm_binary), f"--kubeconfig={self.kubeconfig}", *args], check=check)
 
-    def can_i(self, user: str, verb: str, resource: str, namespace: str | None) -> bool:
+    def can_i(self, user: str, verb: str, resource: str, namespace: str | None, *, by_name: bool = False) -> bool:
         """Ask the authorizer directly (a SubjectAccessReview), as `kubectl auth can-i --as` would, but with
         the API group spelled out: can-i maps `resource.group` through discovery, which knows no group whose
-        CRD is not installed (the spark-operator's, on a fresh cluster) and then asks the wrong question."""
-        name, _, subresource = resource.partition("/")
+        CRD is not installed (the spark-operator's, on a fresh cluster) and then asks the wrong question.
+        `resource` is `plural.group[/subresource]`, or with `by_name` `plural.group/object-name`."""
+        name, _, suffix = resource.partition("/")
         plural, _, group = name.partition(".")
         attributes: dict[str, str] = {"verb": verb, "group": group, "resource": plural}
-        if subresource:
-            attributes["subresource"] = subresource
+        if suffix:
+            attributes["name" if by_name else "subresource"] = suffix
         if namespace:
             attributes["namespace"] = namespace
         groups = ["system:authenticated"]
@@ -122,7 +123,10 @@ def test_helm_install_creates_the_operator_with_its_service_account_and_rbac(clu
                                             "-o", "json").stdout)
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == release.service_account
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert deployment["spec"]["replicas"] == 2  # two replicas, one active through the Lease
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    pdb = json.loads(cluster.kubectl("get", "pdb", release.name, "-n", release.namespace, "-o", "json").stdout)
+    assert pdb["spec"]["maxUnavailable"] == 1
     cluster.kubectl("get", "serviceaccount", release.service_account, "-n", release.namespace)
     binding = json.loads(cluster.kubectl("get", "rolebinding", release.name, "-n", release.watched,
                                          "-o", "json").stdout)
@@ -160,6 +164,11 @@ def test_service_account_can_do_exactly_what_the_operator_needs(cluster: Cluster
         assert not cluster.can_i(user, verb, resource, namespace), f"{verb} {resource} in {namespace or 'cluster'}"
     assert cluster.can_i(user, "watch", "customresourcedefinitions.apiextensions.k8s.io", None)
     assert cluster.can_i(user, "list", "namespaces", None)
+    # Leader election: its own Lease in the release namespace, nothing else of the kind.
+    assert cluster.can_i(user, "create", "leases.coordination.k8s.io", release.namespace)
+    assert cluster.can_i(user, "update", f"leases.coordination.k8s.io/{release.name}", release.namespace, by_name=True)
+    assert not cluster.can_i(user, "update", "leases.coordination.k8s.io/other", release.namespace, by_name=True)
+    assert not cluster.can_i(user, "create", "leases.coordination.k8s.io", release.watched)
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +217,10 @@ def test_operator_with_the_service_account_token_reconciles_a_subscription(
         missing_precondition("the kct console script is not installed in .venv")
     env = stack.env()
     env.update(KUBECONFIG=str(service_account_kubeconfig), KAFKA_BOOTSTRAP_SERVERS=stack.kafka_bootstrap,
-               KCT_WATCH_NAMESPACES=release.watched, KCT_RESYNC_SECONDS="5")
+               KCT_WATCH_NAMESPACES=release.watched, KCT_RESYNC_SECONDS="5",
+               # as the chart's Deployment sets them: leader election through the release's own Lease
+               KCT_LEADER_ELECTION="true", KCT_LEADER_ELECTION_NAME=release.name, POD_NAMESPACE=release.namespace,
+               POD_NAME=f"{release.name}-test")
     log_path = tmp_path / "operator.log"
     operator = OperatorProcess(env, log_path)
     name = unique("helm")
@@ -223,6 +235,8 @@ def test_operator_with_the_service_account_token_reconciles_a_subscription(
         cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(subscription))
         cluster.kubectl("wait", f"cms/{name}", "-n", release.watched, "--for=condition=Ready", "--timeout=90s")
         cluster.kubectl("delete", "cms", name, "-n", release.watched, "--timeout=60s")
+        lease = json.loads(cluster.kubectl("get", "lease", release.name, "-n", release.namespace, "-o", "json").stdout)
+        assert lease["spec"]["holderIdentity"] == f"{release.name}-test"
     finally:
         operator.stop()
         sys.stderr.write(f"--- operator log tail ---\n{operator.log_tail(3000)}\n")

@@ -7,22 +7,15 @@ receiver would: the OTLP protobuf body and the broker-added labels in `kct-*` he
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from helpers import wait_for_client_metrics
-from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from kafka.admin import KafkaAdminClient
+from plugin_support import client_metrics_subscription, otlp_endpoint
 
 pytestmark = pytest.mark.e2e
 
@@ -35,95 +28,6 @@ class Stack(Protocol):
 
 API_GET_TELEMETRY_SUBSCRIPTIONS = 71
 API_PUSH_TELEMETRY = 72
-
-
-@dataclass(frozen=True)
-class Push:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    def label(self, name: str) -> str | None:
-        value = self.headers.get(name)
-        return None if value is None else urllib.parse.unquote(value)
-
-    def metric_names(self) -> set[str]:
-        request = ExportMetricsServiceRequest.FromString(self.body)
-        return {m.name for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-
-
-@dataclass
-class Endpoint:
-    pushes: list[Push] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def for_client(self, client_id: str) -> list[Push]:
-        with self.lock:
-            return [p for p in self.pushes if p.label("kct-client-id") == client_id]
-
-
-@contextlib.contextmanager
-def otlp_endpoint(url: str) -> Iterator[Endpoint]:
-    """An OTLP/HTTP-shaped endpoint on the address the broker plugin posts to, recording every push."""
-    parsed = urllib.parse.urlsplit(url)
-    endpoint = Endpoint()
-    # Keep-alive connections outlive server.shutdown() in their handler threads; closing them on exit keeps
-    # the plugin's pooled connection from reaching this endpoint after the test (and from masking the next
-    # listener on the same port).
-    connections: set[socket.socket] = set()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the plugin expects
-
-        def setup(self) -> None:
-            super().setup()
-            with endpoint.lock:
-                connections.add(self.connection)
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            push = Push(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-            with endpoint.lock:
-                endpoint.pushes.append(push)
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    try:
-        server = ThreadingHTTPServer((parsed.hostname or "127.0.0.1", parsed.port or 80), Handler)
-    except OSError as exc:
-        pytest.fail(f"cannot listen on the plugin's endpoint {url}: {exc} (another receiver still running?)")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield endpoint
-    finally:
-        server.shutdown()
-        server.server_close()
-        with endpoint.lock:
-            for connection in connections:
-                with contextlib.suppress(OSError):
-                    connection.shutdown(socket.SHUT_RDWR)
-
-
-@contextlib.contextmanager
-def client_metrics_subscription(bootstrap: str, name: str, configs: dict[str, str]) -> Iterator[None]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kct-e2e-admin")
-    try:
-        # raise_on_unknown=False: kafka-python's pre-check describes the resource, and brokers before 4.0
-        # describe a CLIENT_METRICS resource that does not exist yet as having no config keys at all.
-        admin.alter_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, name, configs)], raise_on_unknown=False)
-        wait_for_client_metrics(bootstrap, name, configs)
-        yield
-    finally:
-        deletes = {key: (AlterConfigOp.DELETE, None) for key in configs}
-        with contextlib.suppress(Exception):
-            admin.alter_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, name, deletes)],
-                                raise_on_unknown=False)
-        admin.close()
 
 
 def test_broker_advertises_telemetry_apis(stack: Stack) -> None:
@@ -258,9 +162,9 @@ def test_broker_serves_produce_and_fetch_while_the_endpoint_is_down(stack: Stack
 def _drain_plugin_backlog(url: str, quiet_s: float = 3.0, limit_s: float = 120.0) -> None:
     """Bring the endpoint back until the plugin has flushed what it queued while it was down.
 
-    The plugin keeps up to `queue.capacity` pushes and retries each one with backoff while the endpoint is
-    down, so after this test it would spend minutes working through pushes of clients long gone, ahead of
-    the next test's. Accepting them here keeps the tests independent."""
+    The plugin keeps what it queued during the outage (up to `queue.capacity` pushes, for up to
+    `queue.max.age.ms`) and delivers it when the endpoint returns, which would be the next test's endpoint.
+    Accepting them here keeps the tests independent."""
     with otlp_endpoint(url) as endpoint:
         deadline = time.monotonic() + limit_s
         seen, last_change = -1, time.monotonic()

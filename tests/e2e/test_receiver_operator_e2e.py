@@ -291,7 +291,8 @@ def test_rendered_config_runs_kct_receiver_locally(
     kubectl: Kubectl, stack: Any, operator: OperatorProcess, namespace: str, tmp_path: Path
 ) -> None:
     """Given the ConfigMap and token Secret the operator rendered, When the Deployment's own command runs as
-    a local process (config path and port swapped for local ones, token env var set from the Secret), Then
+    a local process (config path, token file and port swapped for local ones, the token file holding the
+    Secret's key as the mounted volume would), Then
     it serves /healthz, and a push without the token is refused (401) while the right token is not."""
     topic = unique("kct-tr-e2e")
     manifest = example_manifest(stack, topic={"name": topic, "partitions": 1}, aggregation={"enabled": False})
@@ -302,17 +303,26 @@ def test_rendered_config_runs_kct_receiver_locally(
     deployment = eventually(lambda: kubectl.get_json("deployment", "local-receiver", namespace), what="Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "config")
-    env_name = container["env"][0]["name"]
-    token = base64.b64decode(secret["data"][container["env"][0]["valueFrom"]["secretKeyRef"]["key"]]).decode()
+    # The token Secret is mounted as a file (re-read when it changes): lay it out locally as kubelet would.
+    token_mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "token")
+    token_volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "token")
+    assert token_volume["secret"]["secretName"] == "local-token"
+    item = token_volume["secret"]["items"][0]
+    token = base64.b64decode(secret["data"][item["key"]]).decode()
+    local_token_dir = tmp_path / "token"
+    local_token_dir.mkdir()
+    (local_token_dir / item["path"]).write_text(token)
 
     config = yaml.safe_load(config_map["data"]["receiver.yaml"])
     port = free_port()
     config["listen"]["host"], config["listen"]["port"] = "127.0.0.1", port
+    assert config["auth"]["bearerTokenFile"].startswith(token_mount + "/")
+    config["auth"]["bearerTokenFile"] = config["auth"]["bearerTokenFile"].replace(token_mount, str(local_token_dir))
     path = tmp_path / "receiver.yaml"
     path.write_text(yaml.safe_dump(config))
     command = [part.replace(mount, str(tmp_path)) for part in container["command"] + container["args"]]
     assert command[0] == "kct"
-    env = {**stack.env(), env_name: token}
+    env = stack.env()
     with (tmp_path / "receiver.log").open("w") as log:
         proc = subprocess.Popen([str(KCT), *command[1:]], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
-from helpers import KCT, REPO, Kubectl, OperatorProcess, eventually, unique
+from helpers import KCT, REPO, Kubectl, OperatorProcess, eventually, kubectl_with_crds, unique
 from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
@@ -98,10 +98,7 @@ class Broker:
 
 @pytest.fixture(scope="module")
 def kubectl(stack: Any) -> Kubectl:
-    tool = Kubectl(stack.kubeconfig)
-    tool.run("apply", "-f", str(REPO / "crds"))
-    tool.wait_established("crd/clientmetricssubscriptions.telemetry.kct.dev")
-    return tool
+    return kubectl_with_crds(stack.kubeconfig)
 
 
 @pytest.fixture(scope="module")

@@ -45,21 +45,19 @@ class _Model(BaseModel):
 
 
 class SourceConfig(_Model):
-    """Where the receiver's records are: one topic, one record per push (see the README's record format)."""
+    """Where the receiver's records are: one topic, one record per push (see the README's record format),
+    read with Spark's own Kafka source (spark-sql-kafka-0-10)."""
 
     bootstrap_servers: str = Field(min_length=1)
     topic: str = Field(default="client-telemetry", min_length=1)
-    # Which Kafka reader: Spark's own (spark-sql-kafka jars, see dev/spark-deps), our Python data source
-    # (confluent-kafka), or `auto`: Spark's when its jars are installed, ours otherwise.
-    connector: Literal["auto", "jvm", "python"] = "auto"
     # Which OTLP decoder: our JVM function (spark/otlp-decoder jar, built by dev/spark-deps/install.py),
     # the Python one (mapInArrow), or `auto`: the JVM one when its jar is built, Python otherwise.
     decoder: Literal["auto", "jvm", "python"] = "auto"
     # "earliest" / "latest" for a query without a checkpoint; afterwards the checkpoint decides.
     starting_offsets: Literal["earliest", "latest"] = "earliest"
-    # Upper bound on records read per partition and micro-batch (bounds memory and batch latency).
+    # Upper bound on records read per micro-batch (Spark's maxOffsetsPerTrigger; bounds memory and batch latency).
     max_records_per_partition: Annotated[int, Field(ge=1)] = 200_000
-    # Extra librdkafka consumer properties (security.protocol, sasl.*, ssl.*).
+    # Extra Kafka consumer properties (security.protocol, sasl.*, ssl.*), given to Spark's source as kafka.<name>.
     consumer_properties: dict[str, str] = Field(default_factory=dict)
 
 

@@ -48,7 +48,7 @@ __all__ = [
 # The message each record value holds, by full name (what spark-protobuf's from_protobuf is given).
 OTLP_MESSAGE: Final = "opentelemetry.proto.collector.metrics.v1.ExportMetricsServiceRequest"
 
-# The records as spark-sql-kafka's source (and our Python Kafka source) present them.
+# The records as Spark's Kafka source (spark-sql-kafka-0-10, includeHeaders) presents them.
 RAW_SCHEMA_DDL: Final = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
     "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"

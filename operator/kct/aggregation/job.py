@@ -52,7 +52,9 @@ _PARTITIONS = {
 
 
 def connector_jars(spark_version: str | None = None) -> list[Path]:
-    """The spark-sql-kafka connector jars installed by dev/spark-deps for this Spark version, if any."""
+    """Spark's Kafka source (spark-sql-kafka-0-10 and its runtime dependencies) as installed by
+    dev/spark-deps/install.py for this Spark version into ~/.cache/kct/spark-jars/<version>/; [] when absent
+    (the job image has them in Spark's own jars directory instead)."""
     if spark_version is None:
         import pyspark
 
@@ -103,7 +105,6 @@ def build_session(cfg: AggregationConfig) -> Any:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback in local runs
     active = SparkSession.getActiveSession()
     if active is not None:
-        _register_python_source(active)
         return active
     builder = (
         SparkSession.builder.master(cfg.spark.master)
@@ -115,7 +116,8 @@ def build_session(cfg: AggregationConfig) -> Any:
         # sorting after 128 groups per task; series x windows are far more: measured ~2x faster with this.
         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "200000")
     )
-    jars = connector_jars() if cfg.source.connector != "python" else []
+    # Local paths only (never spark.jars.packages, which resolves over the network when the job starts).
+    jars = connector_jars()
     decoder = decoder_jar() if cfg.source.decoder != "python" else None
     if decoder is not None:
         jars.append(decoder)
@@ -123,66 +125,43 @@ def build_session(cfg: AggregationConfig) -> Any:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
     for key, value in cfg.spark.conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    _register_python_source(spark)
-    return spark
+    return builder.getOrCreate()
 
 
-def _register_python_source(spark: Any) -> None:
-    """Register the Python Kafka source; Spark < 4.2 lacks what it needs (use `connector: jvm` there)."""
-    try:
-        from kct.aggregation.source import register_source
-    except ImportError as exc:
-        print(f"kct aggregate: Python Kafka source unavailable on this Spark ({exc})", file=sys.stderr)
+def _require_kafka_source(spark: Any) -> None:
+    """Fail early, naming the fix, when Spark's Kafka source is not on the classpath (`spark.jars`, or the
+    image's jars directory): Spark's own error ("Failed to find data source: kafka") says less."""
+    try:  # Spark's own class lookup (the context class loader, which holds spark.jars), as its source lookup
+        spark.sparkContext._jvm.org.apache.spark.util.Utils.classForName(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider", True, False)
+    except AttributeError:  # no JVM gateway (Spark Connect): the server's classpath decides
         return
-    register_source(spark)
-
-
-def _jvm_kafka_available(spark: Any) -> bool:
-    """Is Spark's Kafka source on the classpath (spark.jars, or the image's jars directory)?"""
-    try:
-        spark.sparkContext._jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider")
-    except Exception:  # Py4JJavaError (ClassNotFoundException), or no JVM gateway (Spark Connect)
-        return "spark-sql-kafka" in str(spark.conf.get("spark.jars", ""))
-    return True
-
-
-def _use_jvm_connector(spark: Any, cfg: AggregationConfig) -> bool:
-    if cfg.source.connector == "python":
-        return False
-    if cfg.source.connector == "jvm":
-        return True  # Spark reports a missing connector itself ("Failed to find data source: kafka")
-    return _jvm_kafka_available(spark)
+    except Exception as exc:  # Py4JJavaError wrapping ClassNotFoundException
+        raise RuntimeError(
+            f"Spark's Kafka source (spark-sql-kafka-0-10_2.13 {spark.version}) is not on the classpath: "
+            "install its jars with `python dev/spark-deps/install.py` (local runs: ~/.cache/kct/spark-jars/"
+            f"{spark.version}/), or run the job image, which has them in /opt/spark/jars"
+        ) from exc
 
 
 def read_records(spark: Any, cfg: AggregationConfig, *, streaming: bool) -> Any:
-    """The topic's records with spark-sql-kafka's columns (key, value, topic, partition, offset, timestamp,
-    headers), from Spark's Kafka connector when installed, else from our Python source."""
+    """The topic's records from Spark's Kafka source: key, value, topic, partition, offset, timestamp,
+    headers (decode.RAW_SCHEMA_DDL)."""
+    _require_kafka_source(spark)
     src = cfg.source
     reader = spark.readStream if streaming else spark.read
-    if _use_jvm_connector(spark, cfg):
-        reader = (
-            reader.format("kafka")
-            .option("kafka.bootstrap.servers", src.bootstrap_servers)
-            .option("subscribe", src.topic)
-            .option("includeHeaders", "true")
-            .option("startingOffsets", src.starting_offsets)
-            .option("failOnDataLoss", "false")
-        )
-        if streaming:
-            reader = reader.option("maxOffsetsPerTrigger", str(src.max_records_per_partition))
-        for key, value in src.consumer_properties.items():
-            reader = reader.option(f"kafka.{key}", value)
-    else:
-        reader = (
-            reader.format("kct_kafka")
-            .option("bootstrap.servers", src.bootstrap_servers)
-            .option("topic", src.topic)
-            .option("startingOffsets", src.starting_offsets)
-            .option("maxRecordsPerPartition", str(src.max_records_per_partition))
-        )
-        for key, value in src.consumer_properties.items():
-            reader = reader.option(f"kafka.{key}", value)
+    reader = (
+        reader.format("kafka")
+        .option("kafka.bootstrap.servers", src.bootstrap_servers)
+        .option("subscribe", src.topic)
+        .option("includeHeaders", "true")
+        .option("startingOffsets", src.starting_offsets)
+        .option("failOnDataLoss", "false")
+    )
+    if streaming:
+        reader = reader.option("maxOffsetsPerTrigger", str(src.max_records_per_partition))
+    for key, value in src.consumer_properties.items():
+        reader = reader.option(f"kafka.{key}", value)
     return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 
 

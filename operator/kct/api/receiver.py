@@ -254,7 +254,7 @@ class AggregationSpec(SpecModel):
     image: str = Field(default=DEFAULT_AGGREGATION_IMAGE, min_length=1)
     """Spark image with the job (`docker build --target spark`)."""
     image_pull_policy: PullPolicy = "IfNotPresent"
-    spark_version: str = "4.1.1"
+    spark_version: str = "4.2.0"
     mode: Literal["streaming", "scheduled"] = "streaming"
     """`streaming`: a SparkApplication running Structured Streaming continuously. `scheduled`: a
     ScheduledSparkApplication that drains the topic (availableNow) on `schedule`, resuming from its checkpoint."""

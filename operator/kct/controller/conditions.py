@@ -60,6 +60,8 @@ class Reason(StrEnum):
     KAFKA_CONNECTION_INVALID = "KafkaConnectionInvalid"
     """No cluster configured, or the connection Secret is missing or unusable."""
     PAUSED = "Paused"
+    CLEANUP_ABANDONED = "CleanupAbandoned"
+    """Event: a deleted resource's Kafka connection (its Secret) is gone, so its configs were left on the broker."""
     """The pause annotation is set; the operator leaves the external state alone."""
     INTERVAL_ABOVE_BROKER_CAP = "IntervalAboveBrokerCap"
     INTERVAL_WITHIN_BROKER_CAP = "IntervalWithinBrokerCap"

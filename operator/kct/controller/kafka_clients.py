@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 from kct.api.subscription import KafkaConnection
-from kct.controller.kernel import ConnectionProblem
+from kct.controller.kernel import ConnectionProblem, SecretMissing
 from kct.kafka.port import ClientMetricsAdmin
 
 __all__ = [
@@ -150,8 +150,14 @@ class AdminPool(Generic[Admin]):
             try:
                 version, properties = self._secrets.read(namespace, connection.secret_ref.name)
             except LookupError as error:
-                raise ConnectionProblem(f"secretRef: {error}") from error
+                last_known = self._last_built(connection.bootstrap_servers, secret_key)
+                raise SecretMissing(f"secretRef: {error}", last_known) from error
         return self._get((connection.bootstrap_servers, secret_key, version), connection.bootstrap_servers, properties)
+
+    def _last_built(self, bootstrap: str, secret_key: str) -> Admin | None:
+        """The admin built from the last data seen in a Secret that no longer exists, if any."""
+        with self._lock:
+            return next((admin for key, admin in self._admins.items() if key[:2] == (bootstrap, secret_key)), None)
 
     def _get(self, key: tuple[str, str, str], bootstrap: str, properties: Mapping[str, str]) -> Admin:
         with self._lock:

@@ -24,6 +24,7 @@ __all__ = [
     "Event",
     "OperatorConfig",
     "Outcome",
+    "SecretMissing",
     "StopReconcile",
     "backoff",
     "format_validation_error",
@@ -33,6 +34,16 @@ __all__ = [
 
 class ConnectionProblem(ValueError):
     """The Kafka connection cannot be built (no cluster configured, Secret missing or unusable)."""
+
+
+class SecretMissing(ConnectionProblem):
+    """The Secret named by `spec.kafka.secretRef` does not exist. `last_known` is the admin built from its
+    data when it last existed (None if this operator never read it): enough to clean up after a resource
+    whose Secret was deleted first, as happens when their namespace is deleted."""
+
+    def __init__(self, message: str, last_known: Any = None) -> None:
+        super().__init__(message)
+        self.last_known = last_known
 
 
 @dataclass(frozen=True)

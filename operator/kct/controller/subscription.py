@@ -36,6 +36,7 @@ from kct.controller.kernel import (
     ConnectionProblem,
     Event,
     Outcome,
+    SecretMissing,
     StopReconcile,
     backoff,
     format_validation_error,
@@ -278,8 +279,25 @@ def delete_subscription(
     except ValidationError:
         connection = None
     try:
-        admin_for(connection, resource.namespace).delete_subscription(name)
+        try:
+            admin = admin_for(connection, resource.namespace)
+        except SecretMissing as missing:
+            if missing.last_known is None:
+                return _abandon_cleanup(name, str(missing))
+            admin = missing.last_known  # the Secret went first (a namespace deletion): its last data still works
+        admin.delete_subscription(name)
     except (KafkaAdminError, ConnectionProblem) as error:
         message = f"cannot delete CLIENT_METRICS {name!r}: {error}"
         return Outcome({}, retry_after=backoff(retry, backoff_base, backoff_max), error=message)
     return Outcome({})
+
+
+def _abandon_cleanup(name: str, why: str) -> Outcome:
+    """Release a deleted resource whose Kafka connection is gone for good: retrying would hold its finalizer,
+    and its namespace in Terminating, forever. The leftover configs are named so a human can remove them."""
+    message = (
+        f"CLIENT_METRICS {name!r} is left on the broker: {why}, and this operator holds no client built from "
+        f"it; the finalizer is released. Remove the subscription with `kafka-client-metrics.sh "
+        f"--bootstrap-server ... --alter --name {name} --delete-config metrics,interval.ms,match`"
+    )
+    return Outcome({}, events=(Event("Warning", Reason.CLEANUP_ABANDONED, message),), error=message)

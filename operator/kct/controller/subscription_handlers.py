@@ -154,6 +154,10 @@ class SubscriptionHandlers:
                 backoff_max=self.config.backoff_max_seconds,
             )
         write_outcome(outcome, body, None)
+        if outcome.error:
+            # Released with something left behind: say it in the log too, since events cannot be posted in
+            # a namespace being deleted.
+            kwargs["logger"].warning(outcome.error)
 
 
 def register_subscription_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:

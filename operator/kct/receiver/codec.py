@@ -43,6 +43,12 @@ _PROTOBUF_ALIASES: Final = frozenset({CONTENT_TYPE_PROTOBUF, "application/protob
 _IDENTITY: Final = frozenset({"", "identity"})
 ENCODINGS: Final = ("gzip", "zstd")
 
+# Deepest JSON nesting (objects and arrays) we hand to protobuf's JSON parser. OTLP needs ~17 levels plus 4
+# per nested attribute value; protobuf refuses messages nested deeper than 100 anyway (~130 JSON levels), and
+# its recursive parser can exhaust Python's stack on deeper input (SystemError, not a clean error), so the
+# depth is checked first, without recursion.
+MAX_JSON_DEPTH: Final = 128
+
 # google.rpc.Code for each HTTP status we answer (OTLP/HTTP puts a google.rpc.Status in error bodies).
 _GRPC_CODE: Final = {400: 3, 401: 16, 413: 3, 415: 3, 429: 8, 500: 13, 503: 14}
 
@@ -177,6 +183,36 @@ def _hex_ids_to_base64(node: Any) -> None:
                 _hex_ids_to_base64(item)
 
 
+def _not_unicode(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_json_shape(document: Any) -> None:
+    """Refuse what protobuf's JSON parser does not refuse cleanly: nesting deeper than MAX_JSON_DEPTH (its
+    recursion can exhaust the stack) and strings that are not Unicode text (a lone surrogate escape such as
+    "\\ud800" where it expects a message or as a key makes it fail with SystemError). Iterative: no recursion
+    on hostile input."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise BadRequest("bad_json", f"body nests JSON objects/arrays deeper than {MAX_JSON_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict) and any(_not_unicode(key) for key in node):
+            raise BadRequest("bad_json", "an object key is not valid Unicode (a lone surrogate escape)")
+        for child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+            elif isinstance(child, str) and _not_unicode(child):
+                raise BadRequest("bad_json", f"string {child[:40]!r} is not valid Unicode (a lone surrogate escape)")
+
+
 def decode_request(data: bytes, fmt: str) -> ExportMetricsServiceRequest:
     """Parse an ExportMetricsServiceRequest from protobuf or OTLP JSON; 400 naming the problem."""
     if not data:
@@ -196,10 +232,12 @@ def decode_request(data: bytes, fmt: str) -> ExportMetricsServiceRequest:
         raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from None
     if not isinstance(document, dict):
         raise BadRequest("bad_json", "body must be a JSON object (an ExportMetricsServiceRequest)")
+    _check_json_shape(document)
     try:
         _hex_ids_to_base64(document)
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, RecursionError, TypeError, ValueError) as exc:
+    except (json_format.ParseError, RecursionError, TypeError, ValueError, OverflowError) as exc:
+        # OverflowError: an integer beyond a double's range in a double field (e.g. "asDouble": 1e400 as digits).
         if isinstance(exc, BadRequest):
             raise
         raise BadRequest("bad_json", f"body is not a valid OTLP JSON ExportMetricsServiceRequest: {exc}") from None

@@ -1,6 +1,7 @@
 """`kct receiver --config FILE`: run the OTLP receiver in front of Kafka.
 
-Settings come from FILE (see `kct.receiver.config`), secrets from the environment variables it names.
+Settings come from FILE (see `kct.receiver.config`), secrets from the environment variables or the token
+file it names (the token file is re-read when it changes: `kct.receiver.tokens`).
 Exit codes: 0 after a graceful drain (SIGTERM/SIGINT), 2 for an invalid configuration.
 """
 
@@ -28,14 +29,19 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from kct.receiver.config import ConfigError, load_config, resolve_env
     from kct.receiver.jsonlog import configure_logging
+    from kct.receiver.tokens import BearerTokens, TokenFileError
 
     try:
         config = load_config(args.config)
-        token = (
-            resolve_env(config.auth.bearer_token_env, "auth.bearerTokenEnv")
-            if config.auth.bearer_token_env is not None
-            else None
-        )
+        auth = config.auth
+        token: str | BearerTokens | None = None
+        if auth.bearer_token_env is not None:
+            token = resolve_env(auth.bearer_token_env, "auth.bearerTokenEnv")
+        elif auth.bearer_token_file is not None:
+            try:
+                token = BearerTokens.from_file(auth.bearer_token_file, grace_s=auth.previous_token_grace_seconds)
+            except TokenFileError as exc:
+                raise ConfigError(str(exc)) from None
         configure_logging(config.logging.level, config.logging.format)
         from kct.receiver.kafka_sink import KafkaSink
         from kct.receiver.server import ReceiverServer

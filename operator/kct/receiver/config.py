@@ -1,10 +1,10 @@
 """The receiver's configuration: one model, read by the receiver and rendered by the operator.
 
-Settings come from a YAML file, secrets from the environment: the file names environment variables
-(`auth.bearerTokenEnv`, `kafka.bootstrapServersEnv`, `kafka.producerPropertiesFromEnv`), never the secret
-values. The operator builds a `ReceiverConfig` from a TelemetryReceiver spec and writes
-`dump_config_yaml(...)` into a ConfigMap; the receiver reads that file with `load_config`. Keys are
-camelCase (Kubernetes style); Python code may use the snake_case field names.
+Settings come from a YAML file, secrets from the environment or files: the file names environment variables
+(`auth.bearerTokenEnv`, `kafka.bootstrapServersEnv`, `kafka.producerPropertiesFromEnv`) or a token file
+(`auth.bearerTokenFile`), never the secret values. The operator builds a `ReceiverConfig` from a
+TelemetryReceiver spec and writes `dump_config_yaml(...)` into a ConfigMap; the receiver reads that file
+with `load_config`. Keys are camelCase (Kubernetes style); Python code may use the snake_case field names.
 
 The models are strict (no "1" for 1), frozen, and forbid unknown keys, so a typo in a ConfigMap is an error
 naming the key, not silently ignored. This module imports only pydantic (and PyYAML when loading), so the
@@ -124,8 +124,31 @@ class AuthConfig(_Model):
     bearer_token_env: str | None = Field(
         default=None,
         description="Environment variable holding the bearer token every push must carry "
-        "(`Authorization: Bearer <token>`). Null disables token checks (then use mTLS or a NetworkPolicy).",
+        "(`Authorization: Bearer <token>`). Null (and no bearerTokenFile) disables token checks (then use "
+        "mTLS or a NetworkPolicy).",
     )
+    bearer_token_file: str | None = Field(
+        default=None,
+        description="File holding the bearer token (e.g. a mounted Kubernetes Secret; surrounding whitespace "
+        "ignored). Re-read without restart when it changes: checked at most once a second, and on a push "
+        "with an unknown token. Exclusive with bearerTokenEnv.",
+    )
+    previous_token_grace_seconds: int = Field(
+        default=300,
+        ge=0,
+        description="After bearerTokenFile changes, the previous token is still accepted this long, so senders "
+        "whose copy of the Secret is updated later (kubelet syncs each pod on its own schedule, up to ~2 "
+        "minutes apart) lose no push. 0: only the new token.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AuthConfig:
+        if self.bearer_token_env is not None and self.bearer_token_file is not None:
+            raise ValueError(
+                "auth.bearerTokenEnv and auth.bearerTokenFile are both set; set one (a file is re-read when it "
+                "changes, an environment variable only at start)"
+            )
+        return self
 
 
 class LimitsConfig(_Model):

@@ -13,7 +13,6 @@ before we could cap it. Why aiohttp at all: see the README ("HTTP server choice"
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import signal
 import ssl
@@ -21,13 +20,15 @@ import time
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from kct.receiver.codec import encode_export_response, encode_status, negotiate, response_format
 from kct.receiver.config import ReceiverConfig, TlsConfig
-from kct.receiver.errors import PayloadTooLarge, PushRejected, Unauthorized, Unavailable
+from kct.receiver.errors import BadRequest, PayloadTooLarge, PushRejected, Unauthorized, Unavailable
 from kct.receiver.pipeline import Pipeline, Push
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import CONTENT_TYPE_LATEST, Telemetry
+from kct.receiver.tokens import BearerTokens
 
 __all__ = ["ReceiverServer", "build_ssl_context"]
 
@@ -63,18 +64,24 @@ class ReceiverServer:
     """Owns the pipeline, the aiohttp application and the lifecycle (start, drain on SIGTERM, stop)."""
 
     def __init__(
-        self, config: ReceiverConfig, sink: Sink, *, token: str | None, telemetry: Telemetry | None = None
+        self,
+        config: ReceiverConfig,
+        sink: Sink,
+        *,
+        token: str | BearerTokens | None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.config = config
         self.sink = sink
         self.telemetry = telemetry or Telemetry(config.observability, config.kafka.topic)
         self.pipeline = Pipeline(config, sink, self.telemetry)
-        self._token = token.encode() if token is not None else None
+        self.tokens = BearerTokens(token) if isinstance(token, str) else token
         self.draining = False
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
         self._refusal_log: dict[str, tuple[float, int]] = {}
+        self._parser_refusals = _ParserRefusalLog(self)
         self.telemetry.track_sink(sink.inflight, sink.ready)
         self.app = self._build_app()
 
@@ -87,11 +94,10 @@ class ReceiverServer:
         app.router.add_get(self.config.observability.metrics_path, self._prometheus)
         return app
 
-    def _authenticate(self, request: web.Request) -> None:
-        assert self._token is not None
+    def _authenticate(self, request: web.Request, tokens: BearerTokens) -> None:
         header = request.headers.get("Authorization", "")
         scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), self._token):
+        if scheme.lower() != "bearer" or not tokens.accepts(presented.strip().encode()):
             raise Unauthorized("unauthenticated", "missing or invalid bearer token")
 
     async def _read_body(self, request: web.Request) -> bytes:
@@ -108,6 +114,11 @@ class ReceiverServer:
             raise PayloadTooLarge(
                 "compressed_too_large", f"body exceeds limits.maxCompressedBytes ({limit} bytes)"
             ) from None
+        except ConnectionError:
+            # The sender closed (or half-closed: aiohttp closes on EOF) before the declared body arrived.
+            raise BadRequest(
+                "incomplete_body", "the connection closed before the request body was complete"
+            ) from None
 
     async def _post_metrics(self, request: web.Request) -> web.StreamResponse:
         tel = self.telemetry
@@ -118,8 +129,8 @@ class ReceiverServer:
         fmt = response_format(headers.get("Content-Type"))
         try:
             try:
-                if self._token is not None:
-                    self._authenticate(request)
+                if self.tokens is not None:
+                    self._authenticate(request, self.tokens)
                 content_type = headers.get("Content-Type", "")
                 content_encoding = headers.get("Content-Encoding", "")
                 negotiated = negotiate(content_type, content_encoding)
@@ -156,16 +167,23 @@ class ReceiverServer:
             tel.active_add(-1)
             tel.request_done("POST", ROUTE, status, time.perf_counter() - started, size)
 
-    def _warn_refused(self, exc: PushRejected) -> None:
-        """Log server-side refusals (503) at most once per second per reason, with how many were skipped:
-        during a Kafka outage there can be thousands per second."""
+    def parser_refused(self, exc: HttpProcessingError) -> None:
+        """aiohttp's HTTP parser refused a request (it answers 400 itself): count it, log it throttled."""
+        status = exc.code or 400
+        self.telemetry.rejected("bad_http", status)
+        self._warn_refused(BadRequest("bad_http", f"malformed HTTP request: {exc.message}"), status=status)
+
+    def _warn_refused(self, exc: PushRejected, *, status: int | None = None) -> None:
+        """Log server-side refusals (503) and malformed HTTP at most once per second per reason, with how many
+        were skipped: during a Kafka outage, or from a broken or hostile sender, there can be thousands per
+        second."""
         now = time.monotonic()
         last, skipped = self._refusal_log.get(exc.reason, (0.0, 0))
         if now - last < 1.0:
             self._refusal_log[exc.reason] = (last, skipped + 1)
             return
         self._refusal_log[exc.reason] = (now, 0)
-        log.warning("push refused", extra={"reason": exc.reason, "status": exc.status, "error": exc.message,
+        log.warning("push refused", extra={"reason": exc.reason, "status": status or exc.status, "error": exc.message,
                                             "similar_refusals_not_logged": skipped})
 
     def _error_response(self, fmt: str, exc: PushRejected) -> web.Response:
@@ -202,6 +220,7 @@ class ReceiverServer:
         cfg = self.config
         await self.sink.start()
         self.pipeline.quotas.reload_if_changed()
+        logging.getLogger("aiohttp.server").addFilter(self._parser_refusals)
         runner_kwargs: dict[str, Any] = {
             "handle_signals": False,
             "auto_decompress": False,  # we decompress ourselves, with a cap
@@ -248,6 +267,7 @@ class ReceiverServer:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.sink.close(self.config.shutdown.drain_timeout_ms / 1000.0)
+        logging.getLogger("aiohttp.server").removeFilter(self._parser_refusals)
         log.info("stopped")
 
     async def run_until_signalled(self) -> None:
@@ -258,6 +278,24 @@ class ReceiverServer:
         await self.start()
         await stop.wait()
         await self.stop()
+
+
+class _ParserRefusalLog(logging.Filter):
+    """aiohttp logs every request its HTTP parser refuses (bad request line, header, chunk, Content-Length;
+    answered 400 by aiohttp itself) at ERROR with a traceback, so any sender could flood the log. This filter
+    on the `aiohttp.server` logger turns those into a counted rejection (reason `bad_http`) and a throttled
+    one-line warning; every other aiohttp record passes."""
+
+    def __init__(self, server: ReceiverServer) -> None:
+        super().__init__()
+        self._server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and (exc.code or 400) < 500:
+            self._server.parser_refused(exc)
+            return False
+        return True
 
 
 def _content_type(fmt: str) -> str:

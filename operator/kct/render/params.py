@@ -29,7 +29,8 @@ __all__ = [
     "OTLP_PORT",
     "RECEIVER_CONFIG_DIR",
     "RECEIVER_CONFIG_KEY",
-    "TOKEN_ENV",
+    "TOKEN_DIR",
+    "TOKEN_FILE",
     "ReceiverParams",
     "aggregation_config",
     "aggregation_config_yaml",
@@ -40,7 +41,10 @@ __all__ = [
 ]
 
 OTLP_PORT: Final = 4318
-TOKEN_ENV: Final = "KCT_RECEIVER_TOKEN"
+# The push token Secret is mounted as a file (not an env var) so a rotated token reaches running receivers:
+# kubelet updates the file, the receiver re-reads it (`kct.receiver.tokens`).
+TOKEN_DIR: Final = "/etc/kct/token"
+TOKEN_FILE: Final = f"{TOKEN_DIR}/token"
 RECEIVER_CONFIG_DIR: Final = "/etc/kct/receiver"
 RECEIVER_CONFIG_KEY: Final = "receiver.yaml"
 AGGREGATION_CONFIG_DIR: Final = "/etc/kct/aggregation"
@@ -96,7 +100,7 @@ def receiver_config(spec: TelemetryReceiverSpec, bootstrap_servers: str) -> Rece
     try:
         return ReceiverConfig(
             listen=ListenConfig(host="0.0.0.0", port=OTLP_PORT),
-            auth=AuthConfig(bearer_token_env=TOKEN_ENV if settings.auth.enabled else None),
+            auth=AuthConfig(bearer_token_file=TOKEN_FILE if settings.auth.enabled else None),
             limits=settings.limits,
             rate_limit=settings.rate_limit,
             quotas=settings.quotas,
@@ -142,7 +146,7 @@ def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
     if aggregation is None or not aggregation.enabled:
         return None
     return AggregationConfig(
-        source=SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name, connector="jvm"),
+        source=SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name),
         window=aggregation.window,
         rules=aggregation.rules,
         parquet=ParquetOutputConfig(path=aggregation.sink_path),

@@ -15,7 +15,7 @@ from kct.render.params import (
     OTLP_PORT,
     RECEIVER_CONFIG_DIR,
     RECEIVER_CONFIG_KEY,
-    TOKEN_ENV,
+    TOKEN_DIR,
     ReceiverParams,
     config_hash,
     producer_secret_env,
@@ -70,7 +70,8 @@ def render_token_secret(params: ReceiverParams) -> dict[str, Any] | None:
 
 
 def pod_config_hash(params: ReceiverParams) -> str:
-    """Changes whenever the pods must restart to see a change: the config file or the token's source."""
+    """Changes whenever the pods must restart to see a change: the config file or the token's source (the
+    token itself is not in it: a changed token reaches running pods through the mounted file)."""
     ref = params.token_ref
     return config_hash(receiver_config_yaml(params), f"{ref.name}/{ref.key}" if ref else "")
 
@@ -108,10 +109,9 @@ def _container(params: ReceiverParams) -> dict[str, Any]:
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
+    if params.token_ref is not None:
+        container["volumeMounts"].append({"name": "token", "mountPath": TOKEN_DIR, "readOnly": True})
     env: list[dict[str, Any]] = []
-    ref = params.token_ref
-    if ref is not None:
-        env.append({"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     secret_properties = spec.receiver.producer_properties_from_secrets
     for prop, variable in producer_secret_env(spec).items():
         source = secret_properties[prop]
@@ -145,6 +145,14 @@ def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
             {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
         ],
     }
+    ref = params.token_ref
+    if ref is not None:
+        # A whole-volume mount (no subPath), so kubelet updates the file when the Secret changes; the
+        # receiver re-reads it. Readable by the pod's fsGroup only.
+        pod_spec["volumes"].append({
+            "name": "token",
+            "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": 0o440},
+        })
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
     if spec.node_selector:

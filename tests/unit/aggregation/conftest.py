@@ -18,7 +18,6 @@ require_module("pyarrow", "the Kafka source hands Spark Arrow batches (the test 
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
-    from kct.aggregation.source import register_source
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -37,7 +36,6 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    register_source(session)
     yield session
     session.stop()
 

@@ -292,3 +292,63 @@ def test_admin_pool_caches_per_cluster_and_secret_version() -> None:
     missing = KafkaConnection.model_validate({"bootstrapServers": "k:9093", "secretRef": {"name": "nope"}})
     with pytest.raises(ConnectionProblem, match="not found"):
         pool(missing, "ns")
+
+
+class _DeletableSecrets(_Secrets):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted = False
+
+    def read(self, namespace: str, name: str) -> tuple[str, dict[str, str]]:
+        if self.deleted:
+            raise LookupError(f"Secret {namespace}/{name} not found")
+        return super().read(namespace, name)
+
+
+WITH_SECRET = {"metrics": ["*"], "intervalMs": 60000,
+               "kafka": {"bootstrapServers": "k:9093", "secretRef": {"name": "kafka-client"}}}
+
+
+def test_delete_after_its_secret_uses_the_client_built_from_it(kafka: InMemoryClientMetricsAdmin) -> None:
+    """Given a subscription applied with a Kafka Secret, When the Secret is deleted first and then the
+    resource (a namespace deletion), Then the configs are still removed, with the client built from the
+    Secret's last data, and the finalizer is released."""
+    secrets = _DeletableSecrets()
+    pool = AdminPool(None, secrets=secrets, construct=lambda bootstrap, properties: kafka)
+    res = resource(spec=WITH_SECRET)
+    assert condition(reconcile_subscription(res, [res.claim()], pool))["status"] == "True"
+    secrets.deleted = True
+    with pytest.raises(ConnectionProblem, match="not found"):  # a live resource still reports it
+        pool(KafkaConnection.model_validate(WITH_SECRET["kafka"]), "team-a")
+    outcome = delete_subscription(res, [res.claim()], pool)
+    assert kafka.resources == {} and outcome.retry_after is None and outcome.error is None
+
+
+def test_delete_without_any_way_to_connect_releases_and_names_the_leftover(kafka: InMemoryClientMetricsAdmin) -> None:
+    """Given a resource whose Secret is gone and that this operator never connected with (e.g. restarted
+    since), When it is deleted, Then the finalizer is released (no retry, so its namespace can go) and a
+    Warning names the CLIENT_METRICS left on the broker and how to remove it."""
+    secrets = _DeletableSecrets()
+    secrets.deleted = True
+    kafka.alter_subscription("checkout", {"metrics": "*", "interval.ms": "60000"}, [])
+    pool = AdminPool(None, secrets=secrets, construct=lambda bootstrap, properties: kafka)
+    res = resource(spec=WITH_SECRET)
+    outcome = delete_subscription(res, [res.claim()], pool)
+    assert outcome.retry_after is None
+    assert outcome.error is not None and "'checkout' is left on the broker" in outcome.error
+    (event,) = outcome.events
+    assert (event.type, event.reason) == ("Warning", "CleanupAbandoned")
+    assert "--delete-config metrics,interval.ms,match" in event.message
+    assert "checkout" in kafka.resources  # nothing could reach it: it is named, not silently dropped
+
+
+def test_delete_while_kafka_is_down_still_retries_with_the_last_client(kafka: InMemoryClientMetricsAdmin) -> None:
+    """Given the Secret gone but a client built from it, When Kafka is unreachable at deletion, Then a retry is
+    asked for (the finalizer stays until the broker can be told)."""
+    secrets = _DeletableSecrets()
+    pool = AdminPool(None, secrets=secrets, construct=lambda bootstrap, properties: kafka)
+    res = resource(spec=WITH_SECRET)
+    reconcile_subscription(res, [res.claim()], pool)
+    secrets.deleted = True
+    kafka.unreachable = True
+    assert delete_subscription(res, [res.claim()], pool).retry_after is not None

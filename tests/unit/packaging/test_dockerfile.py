@@ -181,3 +181,25 @@ def test_spark_stage_libraries_import_on_the_spark_image_python(tmp_path: Path) 
         env={**os.environ, "PYTHONPATH": f"{python_path}:{pyspark_home}"}, capture_output=True, text=True, check=False,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
+
+
+def test_one_spark_release_everywhere() -> None:
+    """Given the Spark release the job is tested with (the pyspark pin in pyproject.toml), then the job image
+    (Dockerfile SPARK_VERSION), the SparkApplication the operator renders (sparkVersion's default), the
+    manifests under spark/, and the two Maven projects that build against Spark all name the same release."""
+    from kct.api.receiver import AggregationSpec
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = {req for extra in ("spark", "test") for req in project["optional-dependencies"][extra]
+            if req.startswith("pyspark")}
+    assert len(pins) == 1, pins
+    pinned = re.fullmatch(r"pyspark==(\d+\.\d+\.\d+)", pins.pop())
+    assert pinned is not None, "pyproject.toml must pin pyspark to one release (==X.Y.Z)"
+    release = pinned[1]
+    assert ARGS["SPARK_VERSION"] == release
+    assert AggregationSpec.model_fields["spark_version"].default == release
+    for manifest in sorted((REPO / "spark").glob("*.yaml")):
+        for found in re.findall(r"sparkVersion:\s*\"?([\w.]+)", manifest.read_text()):
+            assert found == release, f"{manifest.name}: sparkVersion {found}, pyspark is pinned to {release}"
+    for pom in (REPO / "dev" / "spark-deps" / "pom.xml", REPO / "spark" / "otlp-decoder" / "pom.xml"):
+        assert f"<spark.version>{release}</spark.version>" in pom.read_text(), pom

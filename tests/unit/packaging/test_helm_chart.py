@@ -65,23 +65,25 @@ def test_rendered_objects_validate_against_kubernetes_schemas(render: Render, va
 
 def test_defaults_render_the_operator_and_least_privilege_rbac(render: Render) -> None:
     """Given the default values, then the chart renders the operator's ServiceAccount, Deployment and a
-    ClusterRole for watching every namespace, and nothing that needs a cluster to exist first."""
+    ClusterRole for watching every namespace, the leader-election Role and the PodDisruptionBudget of its
+    two replicas, and nothing that needs a cluster to exist first."""
     objects = render()
     kinds = sorted(obj["kind"] for obj in objects)
     assert kinds == sorted(["ServiceAccount", "Deployment", "ClusterRole", "ClusterRoleBinding",
-                            "ClusterRole", "ClusterRoleBinding"])
+                            "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget"])
 
 
 # -------------------------------------------------------------------------------------------- Deployment
 
 
 def test_operator_deployment_is_hardened(render: Render) -> None:
-    """Given the defaults, then the operator runs as one Recreate replica, non-root, with a read-only root
-    filesystem, no capabilities, a liveness probe on kopf's health endpoint and resource requests."""
+    """Given the defaults, then the operator runs as two replicas electing one leader (rolled one at a time,
+    never below two), non-root, with a read-only root filesystem, no capabilities, a liveness probe on the
+    health endpoint and resource requests."""
     deployment = _one(render(), "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -89,11 +91,43 @@ def test_operator_deployment_is_hardened(render: Render) -> None:
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
     }
-    assert container["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert container["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz", "--lease-duration-seconds=10"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["resources"]["requests"] == {"cpu": "50m", "memory": "128Mi"}
     assert container["image"] == "ghcr.io/kct-dev/kct:0.1.0"
     assert pod["serviceAccountName"] == _one(render(), "ServiceAccount")["metadata"]["name"]
+
+
+def test_leader_election_reaches_the_operator_with_its_own_lease(render: Render) -> None:
+    """Given the defaults, then every replica competes for the Lease named after the release, in the release
+    namespace, under its pod name, and the Role grants get/update on that one Lease only."""
+    objects = render()
+    deployment = _one(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["KCT_LEADER_ELECTION"]["value"] == "true"
+    assert env["KCT_LEADER_ELECTION_NAME"]["value"] == deployment["metadata"]["name"]
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    role = _one(objects, "Role")
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": [deployment["metadata"]["name"]], "verbs": ["get", "update"]},
+    ]
+    pdb = _one(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_without_leader_election_one_replica_is_recreated(render: Render) -> None:
+    """Given leader election off, then one replica with the Recreate strategy (two must never overlap),
+    and neither the Lease Role nor a PodDisruptionBudget."""
+    objects = render("--set", "operator.leaderElection.enabled=false", "--set", "replicas=3")
+    spec = _one(objects, "Deployment")["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert not {obj["kind"] for obj in objects} & {"Role", "RoleBinding", "PodDisruptionBudget"}
 
 
 def test_kafka_secret_namespaces_and_log_level_reach_the_operator(render: Render) -> None:
@@ -139,7 +173,7 @@ def test_rbac_has_no_wildcards(render: Render, values: Path | None) -> None:
 def test_watching_listed_namespaces_grants_only_there(render: Render) -> None:
     """Given watched namespaces, then each gets a Role and RoleBinding, and the only cluster-wide grants are
     read access to CRDs and Namespaces (what kopf needs to discover resources and namespaces)."""
-    objects = render("--set", "watchNamespaces={apps,telemetry}")
+    objects = render("--set", "watchNamespaces={apps,telemetry}", "--set", "operator.leaderElection.enabled=false")
     roles = _objects_of(objects, "Role")
     assert sorted(role["metadata"]["namespace"] for role in roles) == ["apps", "telemetry"]
     assert sorted(b["metadata"]["namespace"] for b in _objects_of(objects, "RoleBinding")) == ["apps", "telemetry"]
@@ -153,9 +187,10 @@ def test_watching_listed_namespaces_grants_only_there(render: Render) -> None:
 
 def test_watching_all_namespaces_uses_one_cluster_role(render: Render) -> None:
     """Given no watched namespaces, then the namespaced rules come as a ClusterRole bound cluster-wide,
-    and namespaces are not listed (kopf does not need them cluster-wide)."""
+    and namespaces are not listed (kopf does not need them cluster-wide). The only Role is leader election's,
+    in the release namespace."""
     objects = render()
-    assert not _objects_of(objects, "Role")
+    assert [role["metadata"]["name"] for role in _objects_of(objects, "Role")] == ["kct-leader-election"]
     resources = {resource for _, rule in _rules(objects) for resource in rule["resources"]}
     assert {"clientmetricssubscriptions", "clientmetricssubscriptions/status", "telemetryreceivers",
             "events", "customresourcedefinitions", "deployments", "sparkapplications"} <= resources
@@ -182,7 +217,7 @@ def test_rbac_can_be_left_to_the_user(render: Render) -> None:
 
 
 @pytest.mark.parametrize(("args", "named"), [
-    (["--set", "replicas=2"], "replicas"),
+    (["--set", "replica=2"], "replica"),
     (["--set", "kafka.bootstrapServer=k:9092"], "bootstrapServer"),
     (["--set", "rbac.clusterAdmin=true"], "clusterAdmin"),
 ])

@@ -15,6 +15,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from kct.receiver.config import ReceiverConfig, parse_config
 from kct.receiver.server import ReceiverServer
 from kct.receiver.sink import MemorySink
+from kct.receiver.tokens import BearerTokens
 
 TOKEN = "test-token"
 PROTOBUF = "application/x-protobuf"
@@ -113,7 +114,7 @@ ReceiverFactory = Callable[..., Awaitable[Receiver]]
 async def make_receiver() -> AsyncIterator[ReceiverFactory]:
     started: list[Receiver] = []
 
-    async def factory(config: ReceiverConfig | None = None, token: str | None = TOKEN) -> Receiver:
+    async def factory(config: ReceiverConfig | None = None, token: str | BearerTokens | None = TOKEN) -> Receiver:
         sink = MemorySink()
         server = ReceiverServer(config or base_config(), sink, token=token)
         await server.start()

@@ -6,14 +6,16 @@ receiver must keep serving (a valid push right after is stored).
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import io
 import json
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
 import zstandard
-from conftest import JSON, PROTOBUF, Receiver, ReceiverFactory, base_config, make_request
+from conftest import JSON, PROTOBUF, TOKEN, Receiver, ReceiverFactory, base_config, make_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +68,14 @@ def _nameless() -> bytes:
     return bytes(request.SerializeToString())
 
 
+def _json_nested_kvlists(depth: int) -> bytes:
+    """Valid OTLP JSON whose one attribute value nests kvlists `depth` deep (4 JSON levels each)."""
+    value = '{"stringValue":"leaf"}'
+    for _ in range(depth):
+        value = '{"kvlistValue":{"values":[{"key":"k","value":' + value + "}]}}"
+    return ('{"resourceMetrics":[{"resource":{"attributes":[{"key":"a","value":' + value + "}]}}]}").encode()
+
+
 async def _chunked(body: bytes) -> AsyncIterator[bytes]:
     for i in range(0, len(body), 16384):
         yield body[i : i + 16384]
@@ -90,6 +100,13 @@ CORPUS: list[tuple[str, bytes, str, str, int, str]] = [
      "not hex"),
     ("json too deep", _deep_json(30_000), JSON, "", 400, "JSON"),
     ("json truncated", b'{"resourceMetrics": [{"scopeMetrics"', JSON, "", 400, "not valid JSON"),
+    # Found by the fuzzer (tests/unit/receiver/test_receiver_fuzz.py), each answered 500 before the fix:
+    ("json integer beyond a double", b'{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"m","gauge":'
+     b'{"dataPoints":[{"asDouble":' + b"9" * 400 + b"}]}}]}]}]}", JSON, "", 400, "too large to convert"),
+    ("json lone surrogate where a message belongs", b'{"resourceMetrics":[{"scopeMetrics":[{"metrics":["\\ud800"]}]}]}',
+     JSON, "", 400, "not valid Unicode"),
+    ("json lone surrogate as a key", b'{"resourceMetrics":[{"\\udfff":{}}]}', JSON, "", 400, "not valid Unicode"),
+    ("json nested deeper than the limit", _json_nested_kvlists(40), JSON, "", 400, "deeper than 128"),
     ("only nameless metrics", _nameless(), PROTOBUF, "", 400, "nothing valid"),
     ("gzip header only", gzip.compress(VALID)[:10], PROTOBUF, "gzip", 400, "truncated"),
     ("gzip truncated", gzip.compress(VALID)[:-8], PROTOBUF, "gzip", 400, "gzip"),
@@ -134,6 +151,66 @@ async def test_oversized_chunked_body_is_refused_without_content_length(limited:
     assert reply.status == 413
     assert limited.sink.records == []
     assert (await limited.post(VALID)).status == 200
+
+
+async def test_json_nesting_within_the_limit_is_accepted(limited: Receiver) -> None:
+    """Given OTLP JSON with attribute values nested 20 kvlists deep (~100 JSON levels, under the limit), then
+    it is stored, and the stored protobuf parses (protobuf's own limit is 100 message levels)."""
+    reply = await limited.post(_json_with_points(_json_nested_kvlists(20)), content_type=JSON)
+    assert reply.status == 200, reply.body
+    assert len(limited.sink.records) == 1
+
+
+async def test_body_cut_short_by_the_sender_is_a_client_refusal_not_an_internal_error(limited: Receiver) -> None:
+    """Given a request whose body is shorter than its Content-Length and whose sender then shuts its side down,
+    then nothing is stored and the refusal is counted as `incomplete_body`, not as an internal error (500)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", limited.server.port)
+    writer.write((f"POST /v1/metrics HTTP/1.1\r\nHost: x\r\nContent-Type: {PROTOBUF}\r\n"
+                  f"Authorization: Bearer {TOKEN}\r\nContent-Length: {len(VALID) + 100}\r\n\r\n").encode() + VALID)
+    writer.write_eof()
+    await writer.drain()
+    await reader.read()  # aiohttp closes on EOF: the refusal may not reach the sender
+    writer.close()
+    text = await _metrics_after(limited, 'reason="incomplete_body"')
+    assert 'kct_receiver_rejections_total{http_response_status_code="400",reason="incomplete_body"} 1.0' in text
+    assert 'reason="internal_error"' not in text
+    assert limited.sink.records == []
+
+
+async def test_malformed_http_is_counted_and_logged_without_a_traceback(
+    limited: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Given requests aiohttp's parser refuses (a bad Content-Length, a header without a colon), then each is
+    answered 400, counted as `bad_http`, and none logs an ERROR with a traceback (a log flood otherwise)."""
+    caplog.set_level(logging.DEBUG)
+    for bad in (b"Content-Length: 1, 2\r\n", b"NoColonHeader\r\n"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", limited.server.port)
+        writer.write(b"POST /v1/metrics HTTP/1.1\r\nHost: x\r\n" + bad + b"\r\n")
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        assert answer.split(b" ", 2)[1] == b"400", answer
+    text = (await limited.get("/metrics")).body.decode()
+    assert 'kct_receiver_rejections_total{http_response_status_code="400",reason="bad_http"} 2.0' in text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.records
+
+
+async def _metrics_after(receiver: Receiver, needle: str) -> str:
+    """/metrics once it mentions `needle` (the server handles a closed connection asynchronously)."""
+    for _ in range(100):
+        text = (await receiver.get("/metrics")).body.decode()
+        if needle in text:
+            return text
+        await asyncio.sleep(0.02)
+    return text
+
+
+def _json_with_points(document: bytes) -> bytes:
+    """`document` (one resource) with one valid gauge point added, so the push has data."""
+    doc = json.loads(document)
+    doc["resourceMetrics"][0]["scopeMetrics"] = [{"metrics": [{"name": "m", "gauge": {"dataPoints": [
+        {"asInt": "1", "timeUnixNano": "1700000000000000000"}]}}]}]
+    return json.dumps(doc).encode()
 
 
 async def test_bad_broker_headers_are_400(limited: Receiver) -> None:

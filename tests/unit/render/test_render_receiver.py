@@ -73,29 +73,45 @@ def test_configmap_holds_the_receivers_own_config_file(tmp_path: Path) -> None:
     path.write_text(data["receiver.yaml"])
     loaded = load_config(path)
     assert loaded == receiver_config(parse_receiver_spec(spec), "broker:9092")
-    assert loaded.kafka.topic == "raw" and loaded.auth.bearer_token_env == "KCT_RECEIVER_TOKEN"
+    assert loaded.kafka.topic == "raw" and loaded.auth.bearer_token_file == "/etc/kct/token/token"
+    assert loaded.auth.bearer_token_env is None
     assert loaded.listen.port == 4318
 
 
+def _token_mount(spec: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the pod's token volume, the container's mount of it), None when absent."""
+    pod = render_receiver_deployment(params(spec))["spec"]["template"]["spec"]
+    volume = next((v for v in pod["volumes"] if v["name"] == "token"), None)
+    mount = next((m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "token"), None)
+    return volume, mount
+
+
 def test_generated_token_secret_or_the_referenced_one() -> None:
-    """Given no tokenSecretRef, Then a Secret with the generated token is rendered and the pods read it;
-    Given a tokenSecretRef, Then no Secret is rendered and the pods read the referenced key;
+    """Given no tokenSecretRef, Then a Secret with the generated token is rendered and mounted as the file the
+    config names; Given a tokenSecretRef, Then no Secret is rendered and the referenced key is mounted;
     Given auth disabled, Then neither, and the config turns token checks off."""
     secret = render_token_secret(params())
     assert secret is not None and base64.b64decode(secret["data"]["token"]).decode() == "t0k"
-    env = render_receiver_deployment(params())["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert env[0]["valueFrom"]["secretKeyRef"] == {"name": "tr-token", "key": "token"}
+    volume, mount = _token_mount()
+    assert volume == {"name": "token", "secret": {"secretName": "tr-token", "items": [{"key": "token",
+                      "path": "token"}], "defaultMode": 0o440}}
+    assert mount == {"name": "token", "mountPath": "/etc/kct/token", "readOnly": True}
+    assert "subPath" not in mount  # a subPath mount is never updated by kubelet: no rotation
+    config = yaml.safe_load(render_receiver_configmap(params())["data"]["receiver.yaml"])
+    assert config["auth"]["bearerTokenFile"] == "/etc/kct/token/token"
 
     referenced = {"receiver": {"auth": {"tokenSecretRef": {"name": "mine", "key": "k"}}}}
     assert render_token_secret(params(referenced)) is None
-    container = render_receiver_deployment(params(referenced))["spec"]["template"]["spec"]["containers"][0]
-    assert container["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "mine", "key": "k"}
+    volume, _ = _token_mount(referenced)
+    assert volume is not None and volume["secret"]["secretName"] == "mine"
+    assert volume["secret"]["items"] == [{"key": "k", "path": "token"}]
 
     disabled = {"receiver": {"auth": {"enabled": False}}}
     assert "Secret" not in kinds(disabled)
+    assert _token_mount(disabled) == (None, None)
     assert "env" not in render_receiver_deployment(params(disabled))["spec"]["template"]["spec"]["containers"][0]
     data = render_receiver_configmap(params(disabled))["data"]["receiver.yaml"]
-    assert yaml.safe_load(data)["auth"]["bearerTokenEnv"] is None
+    assert yaml.safe_load(data)["auth"]["bearerTokenFile"] is None
 
 
 def test_autoscaling_renders_an_hpa_and_leaves_replicas_to_it() -> None:

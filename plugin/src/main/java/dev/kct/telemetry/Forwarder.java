@@ -19,8 +19,7 @@ import java.security.cert.X509Certificate;
 import java.time.Instant;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.ArrayBlockingQueue;
-import java.util.concurrent.BlockingQueue;
+import java.util.Optional;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -35,15 +34,20 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The core shared by both broker-facing classes: a bounded queue that the broker's request thread
- * only ever {@link #offer}s to (never blocks: when the queue is full the push is dropped and counted),
- * and sender threads that POST each push to the OTLP/HTTP endpoint over a keep-alive HTTP/1.1
- * connection, retrying with exponential backoff and honouring {@code Retry-After} on 429/503.
+ * The core shared by both broker-facing classes: a {@link PushQueue} that the broker's request thread
+ * only ever {@link #offer}s to (never blocks: when full, older pushes make room and are counted), and
+ * sender threads that POST each push to the OTLP/HTTP endpoint over keep-alive HTTP/1.1 connections.
+ *
+ * <p>A sender never sleeps on one push: a push that cannot be delivered now goes back to the queue. 429
+ * paces only that client (its newest push wins); an unavailable endpoint (connection error, timeout,
+ * 408/502/503/504) pauses the whole queue with backoff, {@code Retry-After} honoured; 401 makes the
+ * sender re-read the token file and try once more at once if the token changed.
  */
 public final class Forwarder implements AutoCloseable {
 
     private static final Logger LOG = LoggerFactory.getLogger(Forwarder.class);
     private static final long WARN_EVERY_NANOS = TimeUnit.SECONDS.toNanos(30);
+    private static final long TAKE_WAIT_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
     static final String USER_AGENT = "kct-telemetry-plugin/"
         + (Forwarder.class.getPackage().getImplementationVersion() == null
             ? "dev" : Forwarder.class.getPackage().getImplementationVersion());
@@ -53,8 +57,7 @@ public final class Forwarder implements AutoCloseable {
     }
 
     private final ForwarderConfig config;
-    private final BlockingQueue<Push> queue;
-    private final AtomicLong queuedBytes = new AtomicLong();
+    private final PushQueue queue;
     private final ForwarderMetrics metrics;
     private final RetryPolicy retryPolicy;
     private final HttpClient http;
@@ -67,8 +70,10 @@ public final class Forwarder implements AutoCloseable {
 
     public Forwarder(ForwarderConfig config, Map<String, String> metricTags) {
         this.config = config;
-        this.queue = new ArrayBlockingQueue<>(config.queueCapacity);
-        this.metrics = new ForwarderMetrics(config.jmxPrefix, metricTags, queue::size, queuedBytes::get);
+        this.queue = new PushQueue(config.queueCapacity, config.queueMaxBytes, config.queueMaxAgeMs,
+            this::dropped, System::nanoTime);
+        this.metrics = new ForwarderMetrics(config.jmxPrefix, metricTags, queue::size, queue::bytes,
+            queue::clientsWaiting, queue::endpointPaused);
         this.retryPolicy = new RetryPolicy(config.retryBackoffMs, config.retryBackoffMaxMs);
         this.endpoint = config.endpoint;
         this.token = config.tokenFile == null ? null : new TokenSource(config.tokenFile);
@@ -87,44 +92,42 @@ public final class Forwarder implements AutoCloseable {
             senders.add(t);
             t.start();
         }
-        LOG.info("kct telemetry forwarder started: endpoint={} queue.capacity={} sender.threads={}",
-            endpoint, config.queueCapacity, config.senderThreads);
+        LOG.info("kct telemetry forwarder started: endpoint={} queue.capacity={} queue.max.age.ms={} "
+            + "sender.threads={}", endpoint, config.queueCapacity, config.queueMaxAgeMs, config.senderThreads);
     }
 
     /**
      * Enqueue one push without blocking. The payload bytes are copied (the broker may reuse its buffer
-     * once the call returns). Returns false when the push was dropped (queue full, or shutting down).
+     * once the call returns). Returns false when this push was dropped (too large, or shutting down);
+     * when the queue is full the oldest waiting push makes room instead (see {@link PushQueue}).
      */
     public boolean offer(Map<String, String> headers, ByteBuffer data) {
-        if (running && queue.remainingCapacity() == 0) {
-            drop("queue full (" + config.queueCapacity + " pushes)");
-            return false;
-        }
         ByteBuffer view = data == null ? ByteBuffer.allocate(0) : data.duplicate();
         byte[] body = new byte[view.remaining()];
         view.get(body);
-        if (!running || queuedBytes.addAndGet(body.length) > config.queueMaxBytes) {
-            queuedBytes.addAndGet(-body.length);
-            drop("queue full (" + config.queueMaxBytes + " bytes) or shutting down");
-            return false;
-        }
-        if (!queue.offer(new Push(body, headers))) {
-            queuedBytes.addAndGet(-body.length);
-            drop("queue full (" + config.queueCapacity + " pushes)");
-            return false;
-        }
-        return true;
+        String client = headers.getOrDefault(PushLabels.H_CLIENT_INSTANCE_ID, "");
+        return queue.offer(client, new Push(body, headers));
     }
 
-    private void drop(String why) {
-        metrics.recordDropped();
-        warn("dropping client telemetry push: {}", why);
+    private void dropped(PushQueue.DropReason reason, PushQueue.Item item) {
+        metrics.recordDropped(reason);
+        if (reason == PushQueue.DropReason.QUEUE_FULL) {
+            warn("dropping client telemetry push: {}", "queue full (" + config.queueCapacity + " pushes or "
+                + config.queueMaxBytes + " bytes); the oldest waiting pushes make room");
+        } else if (reason == PushQueue.DropReason.EXPIRED) {
+            warn("dropping client telemetry push: {}", "older than " + ForwarderConfig.QUEUE_MAX_AGE_MS + "="
+                + config.queueMaxAgeMs);
+        }
     }
 
     /** Switch endpoint and token file at run time (dynamic broker config); in-flight pushes finish. */
     public void reconfigure(URI newEndpoint, Path tokenFile) {
+        boolean moved = !newEndpoint.equals(endpoint);
         endpoint = newEndpoint;
         token = tokenFile == null ? null : new TokenSource(tokenFile);
+        if (moved) {
+            queue.endpointChanged();  // do not hold pushes for the new endpoint because the old one was down
+        }
         LOG.info("kct telemetry forwarder reconfigured: endpoint={}", newEndpoint);
     }
 
@@ -137,20 +140,22 @@ public final class Forwarder implements AutoCloseable {
     }
 
     private void sendLoop() {
-        while (running || (!queue.isEmpty() && System.nanoTime() < drainDeadlineNanos)) {
-            Push push;
+        while (running || (queue.size() > 0 && System.nanoTime() - drainDeadlineNanos < 0)) {
+            PushQueue.Item item;
             try {
-                push = queue.poll(100, TimeUnit.MILLISECONDS);
+                item = queue.take(TAKE_WAIT_NANOS);
             } catch (InterruptedException e) {
                 return;
             }
-            if (push == null) {
+            if (item == null) {
                 continue;
             }
-            queuedBytes.addAndGet(-push.body.length);
             try {
-                send(push);
+                send(item);
             } catch (RuntimeException e) {
+                if (item.inFlight) {  // not settled yet (read without the lock: only this thread settles it)
+                    queue.failed(item);
+                }
                 metrics.recordFailed();
                 warn("client telemetry push failed unexpectedly: {}", e.toString());
             }
@@ -160,53 +165,75 @@ public final class Forwarder implements AutoCloseable {
         }
     }
 
-    private void send(Push push) {
-        for (int attempt = 0; ; attempt++) {
+    /** One attempt (two when a 401 made us pick up a changed token); the item is always settled. */
+    private void send(PushQueue.Item item) {
+        while (true) {
             URI target = endpoint;
-            HttpRequest request = request(target, push);
+            TokenSource tokenSource = token;
             int status;
             String retryAfter = null;
             String problem;
             long started = System.nanoTime();
             try {
-                HttpResponse<Void> response = http.send(request, HttpResponse.BodyHandlers.discarding());
+                HttpResponse<Void> response = http.send(request(target, item.push, tokenSource),
+                    HttpResponse.BodyHandlers.discarding());
                 status = response.statusCode();
                 if (status >= 200 && status < 300) {
-                    metrics.recordForwarded(push.body.length, (System.nanoTime() - started) / 1e6);
+                    metrics.recordForwarded(item.size(), (System.nanoTime() - started) / 1e6);
+                    queue.delivered(item);
                     return;
                 }
                 retryAfter = response.headers().firstValue("retry-after").orElse(null);
                 problem = "HTTP " + status;
-                if (!RetryPolicy.retryable(status)) {
-                    fail(target, problem + " (not retryable)");
-                    return;
-                }
             } catch (IOException e) {
                 status = -1;
                 problem = e.getClass().getSimpleName() + (e.getMessage() == null ? "" : ": " + e.getMessage());
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
+                queue.failed(item);
                 fail(target, "interrupted at shutdown");
                 return;
             }
-            if (attempt >= config.retriesMax) {
-                fail(target, problem + " after " + (attempt + 1) + " attempts");
+            if (status == 401 && tokenSource != null && !item.tokenReloaded) {
+                item.tokenReloaded = true;
+                metrics.recordTokenReload();
+                if (tokenSource.reload()) {
+                    continue;  // a rotated token: try it at once
+                }
+            }
+            if (status != -1 && status != 401 && !RetryPolicy.retryable(status)) {
+                queue.failed(item);
+                fail(target, problem + " (not retryable)");
                 return;
             }
-            long delayMs = retryPolicy.delayMs(attempt + 1, status,
-                java.util.Optional.ofNullable(retryAfter), Instant.now());
-            if (!running && System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(delayMs) > drainDeadlineNanos) {
-                fail(target, problem + "; no time left to retry before shutdown");
+            item.attempts++;
+            Optional<String> asked = Optional.ofNullable(retryAfter);
+            if (status == 429) {
+                metrics.recordRateLimited();
+                long delayMs = retryPolicy.delayMs(queue.rateLimitedCount(item) + 1, status, asked, Instant.now());
+                boolean again = item.attempts <= config.retriesMax;
+                queue.rateLimited(item, TimeUnit.MILLISECONDS.toNanos(delayMs), again);
+                if (again) {
+                    metrics.recordRetry();
+                } else {
+                    fail(target, problem + " after " + item.attempts + " attempts");
+                }
                 return;
             }
-            metrics.recordRetry();
-            try {
-                Thread.sleep(delayMs);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                fail(target, "interrupted at shutdown");
-                return;
+            // the endpoint as a whole is unavailable (or refuses our token): pause everything, one probe after
+            metrics.recordEndpointUnavailable();
+            int failures = queue.endpointFailed();
+            long delayMs = retryPolicy.delayMs(failures, status, asked, Instant.now());
+            queue.pause(TimeUnit.MILLISECONDS.toNanos(delayMs));
+            if (item.attempts > config.retriesMax) {
+                queue.failed(item);
+                fail(target, problem + " after " + item.attempts + " attempts");
+            } else {
+                metrics.recordRetry();
+                queue.retry(item);
+                warn("client telemetry endpoint " + target + " unavailable, pausing: {}", problem);
             }
+            return;
         }
     }
 
@@ -215,18 +242,17 @@ public final class Forwarder implements AutoCloseable {
         warn("client telemetry push to " + target + " failed: {}", why);
     }
 
-    private HttpRequest request(URI target, Push push) {
+    private HttpRequest request(URI target, Push push, TokenSource tokenSource) {
         HttpRequest.Builder b = HttpRequest.newBuilder(target)
             .timeout(config.requestTimeout)
             .header("Content-Type", "application/x-protobuf")
             .header("User-Agent", USER_AGENT)
-            .POST(HttpRequest.BodyPublishers.ofByteArray(push.body));
-        for (Map.Entry<String, String> h : push.headers.entrySet()) {
+            .POST(HttpRequest.BodyPublishers.ofByteArray(push.body()));
+        for (Map.Entry<String, String> h : push.headers().entrySet()) {
             b.header(h.getKey(), h.getValue());
         }
-        TokenSource t = token;
-        if (t != null) {
-            String bearer = t.get();
+        if (tokenSource != null) {
+            String bearer = tokenSource.get();
             if (bearer != null) {
                 b.header("Authorization", "Bearer " + bearer);
             }
@@ -245,12 +271,13 @@ public final class Forwarder implements AutoCloseable {
 
     /**
      * Stop taking pushes, give the senders up to close.timeout.ms to drain the queue, then stop them;
-     * whatever is still queued is counted as dropped.
+     * whatever is still queued is counted as dropped (shutdown).
      */
     @Override
     public void close() {
         drainDeadlineNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.closeTimeoutMs);
         running = false;
+        queue.close();
         for (Thread t : senders) {
             long left = TimeUnit.NANOSECONDS.toMillis(drainDeadlineNanos - System.nanoTime());
             try {
@@ -263,18 +290,22 @@ public final class Forwarder implements AutoCloseable {
         for (Thread t : senders) {
             t.interrupt();
         }
-        Push left;
-        while ((left = queue.poll()) != null) {
-            queuedBytes.addAndGet(-left.body.length);
-            metrics.recordDropped();
+        for (int i = queue.drain().size(); i > 0; i--) {
+            metrics.recordDropped(PushQueue.DropReason.SHUTDOWN);
         }
         metrics.close();
     }
 
-    /** Bearer token read from a file (e.g. a mounted Kubernetes Secret), re-read when the file changes. */
+    /**
+     * Bearer token read from a file (e.g. a mounted Kubernetes Secret): re-read when the file's
+     * modification time changes, at least every {@link #REREAD_EVERY_NANOS} regardless (a rewrite within
+     * the file system's time resolution keeps the mtime), and at once on {@link #reload} (after a 401).
+     */
     static final class TokenSource {
+        static final long REREAD_EVERY_NANOS = TimeUnit.SECONDS.toNanos(60);
         private final Path path;
         private volatile FileTime seen;
+        private volatile long readAtNanos;
         private volatile String value;
 
         TokenSource(Path path) {
@@ -284,14 +315,36 @@ public final class Forwarder implements AutoCloseable {
         String get() {
             try {
                 FileTime modified = Files.getLastModifiedTime(path);
-                if (!modified.equals(seen)) {
-                    value = Files.readString(path, StandardCharsets.UTF_8).trim();
-                    seen = modified;
+                if (!modified.equals(seen) || System.nanoTime() - readAtNanos > REREAD_EVERY_NANOS) {
+                    read(modified);
                 }
             } catch (IOException e) {
                 LOG.debug("cannot read token file {}: {}", path, e.toString());
             }
-            return value == null || value.isEmpty() ? null : value;
+            return current();
+        }
+
+        /** Read the file now; true when the token differs from the one sent before. */
+        synchronized boolean reload() {
+            String before = current();
+            try {
+                read(Files.getLastModifiedTime(path));
+            } catch (IOException e) {
+                LOG.debug("cannot read token file {}: {}", path, e.toString());
+            }
+            String after = current();
+            return after != null && !after.equals(before);
+        }
+
+        private synchronized void read(FileTime modified) throws IOException {
+            value = Files.readString(path, StandardCharsets.UTF_8).trim();
+            seen = modified;
+            readAtNanos = System.nanoTime();
+        }
+
+        private String current() {
+            String v = value;
+            return v == null || v.isEmpty() ? null : v;
         }
     }
 

@@ -26,6 +26,7 @@ public final class ForwarderConfig {
     public static final String REQUEST_TIMEOUT_MS = PREFIX + "request.timeout.ms";
     public static final String QUEUE_CAPACITY = PREFIX + "queue.capacity";
     public static final String QUEUE_MAX_BYTES = PREFIX + "queue.max.bytes";
+    public static final String QUEUE_MAX_AGE_MS = PREFIX + "queue.max.age.ms";
     public static final String SENDER_THREADS = PREFIX + "sender.threads";
     public static final String RETRIES_MAX = PREFIX + "retries.max";
     public static final String RETRY_BACKOFF_MS = PREFIX + "retry.backoff.ms";
@@ -49,6 +50,7 @@ public final class ForwarderConfig {
     public final Duration requestTimeout;
     public final int queueCapacity;
     public final long queueMaxBytes;
+    public final long queueMaxAgeMs;
     public final int senderThreads;
     public final int retriesMax;
     public final long retryBackoffMs;
@@ -68,10 +70,11 @@ public final class ForwarderConfig {
         requestTimeout = Duration.ofMillis(longValue(configs, REQUEST_TIMEOUT_MS, 10_000, 1, 600_000));
         queueCapacity = (int) longValue(configs, QUEUE_CAPACITY, 1_000, 1, 1_000_000);
         queueMaxBytes = longValue(configs, QUEUE_MAX_BYTES, 64L * 1024 * 1024, 1, Long.MAX_VALUE);
-        senderThreads = (int) longValue(configs, SENDER_THREADS, 1, 1, 64);
+        queueMaxAgeMs = longValue(configs, QUEUE_MAX_AGE_MS, 60_000, 1, 86_400_000);
+        senderThreads = (int) longValue(configs, SENDER_THREADS, 4, 1, 64);
         retriesMax = (int) longValue(configs, RETRIES_MAX, 3, 0, 100);
         retryBackoffMs = longValue(configs, RETRY_BACKOFF_MS, 100, 1, 600_000);
-        retryBackoffMaxMs = longValue(configs, RETRY_BACKOFF_MAX_MS, 10_000, 1, 3_600_000);
+        retryBackoffMaxMs = longValue(configs, RETRY_BACKOFF_MAX_MS, 1_000, 1, 3_600_000);
         closeTimeoutMs = longValue(configs, CLOSE_TIMEOUT_MS, 5_000, 0, 600_000);
         tlsCaFile = path(configs, TLS_CA_FILE);
         tlsTruststorePath = path(configs, TLS_TRUSTSTORE_PATH);

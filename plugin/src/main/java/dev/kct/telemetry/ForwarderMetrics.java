@@ -1,5 +1,6 @@
 package dev.kct.telemetry;
 
+import java.util.EnumMap;
 import java.util.List;
 import java.util.Map;
 import java.util.function.LongSupplier;
@@ -35,28 +36,51 @@ public final class ForwarderMetrics implements AutoCloseable {
     private final Sensor forwarded;
     private final Sensor forwardedBytes;
     private final Sensor dropped;
+    private final Map<PushQueue.DropReason, Sensor> droppedBy = new EnumMap<>(PushQueue.DropReason.class);
     private final Sensor failed;
+    private final Sensor rateLimited;
+    private final Sensor endpointUnavailable;
+    private final Sensor tokenReloads;
     private final Sensor retries;
     private final Sensor sendLatency;
 
     public ForwarderMetrics(String jmxPrefix, Map<String, String> tags, LongSupplier queueDepth,
-                            LongSupplier queueBytes) {
+                            LongSupplier queueBytes, LongSupplier queueClients, LongSupplier endpointPaused) {
         List<MetricsReporter> reporters = List.of(new JmxReporter());
         metrics = new Metrics(new MetricConfig().tags(tags), reporters, Time.SYSTEM,
             new KafkaMetricsContext(jmxPrefix));
         forwarded = meter("forwarded", "pushes delivered to the endpoint (2xx)");
         forwardedBytes = meter("forwarded-bytes", "payload bytes delivered to the endpoint");
-        dropped = meter("dropped", "pushes dropped because the queue was full (or at shutdown)");
+        dropped = meter("dropped", "pushes dropped unsent (queue full, too old, superseded, shutdown)");
+        for (PushQueue.DropReason reason : PushQueue.DropReason.values()) {
+            Sensor s = metrics.sensor("dropped-" + reason.metric, dropped);
+            s.add(name("dropped-" + reason.metric + "-total", "pushes dropped: " + reason.metric),
+                new CumulativeSum());
+            droppedBy.put(reason, s);
+        }
         failed = meter("failed", "pushes given up after retries or refused by the endpoint");
-        retries = metrics.sensor("retries");
-        retries.add(name("retries-total", "HTTP attempts that were retried"), new CumulativeSum());
+        retries = counter("retries", "attempts that failed and were queued to be tried again");
+        rateLimited = counter("rate-limited", "answers 429: the client is paced, its newest push wins");
+        endpointUnavailable = counter("endpoint-unavailable",
+            "attempts that found the endpoint unavailable (connection error, timeout, 401, 408, 5xx): queue paused");
+        tokenReloads = counter("token-reloads", "times a 401 made the plugin re-read its token file");
         sendLatency = metrics.sensor("send-latency");
         sendLatency.add(name("send-latency-avg", "average ms of a successful POST"), new Avg());
         sendLatency.add(name("send-latency-max", "max ms of a successful POST"), new Max());
         metrics.addMetric(name("queue-depth", "pushes waiting to be sent"),
             (config, now) -> queueDepth.getAsLong());
-        metrics.addMetric(name("queue-bytes", "payload bytes waiting to be sent"),
+        metrics.addMetric(name("queue-bytes", "payload bytes waiting or in flight"),
             (config, now) -> queueBytes.getAsLong());
+        metrics.addMetric(name("queue-clients", "client instances with pushes waiting"),
+            (config, now) -> queueClients.getAsLong());
+        metrics.addMetric(name("endpoint-paused", "1 while the endpoint is considered unavailable, else 0"),
+            (config, now) -> endpointPaused.getAsLong());
+    }
+
+    private Sensor counter(String what, String description) {
+        Sensor sensor = metrics.sensor(what);
+        sensor.add(name(what + "-total", description), new CumulativeSum());
+        return sensor;
     }
 
     private MetricName name(String name, String description) {
@@ -76,8 +100,9 @@ public final class ForwarderMetrics implements AutoCloseable {
         sendLatency.record(latencyMs);
     }
 
-    void recordDropped() {
-        dropped.record();
+    /** Records on the reason's counter and, through it, on dropped-total/-rate. */
+    void recordDropped(PushQueue.DropReason reason) {
+        droppedBy.get(reason).record();
     }
 
     void recordFailed() {
@@ -86,6 +111,18 @@ public final class ForwarderMetrics implements AutoCloseable {
 
     void recordRetry() {
         retries.record();
+    }
+
+    void recordRateLimited() {
+        rateLimited.record();
+    }
+
+    void recordEndpointUnavailable() {
+        endpointUnavailable.record();
+    }
+
+    void recordTokenReload() {
+        tokenReloads.record();
     }
 
     /** Current value of one of this forwarder's metrics by name (e.g. "dropped-total"); NaN if absent. */

@@ -9,6 +9,7 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.Executors;
+import java.util.function.BiFunction;
 import java.util.function.Function;
 
 import com.sun.net.httpserver.HttpExchange;
@@ -32,22 +33,31 @@ final class TestEndpoint implements AutoCloseable {
     private final HttpServer server;
 
     TestEndpoint(Function<Integer, Answer> script) throws IOException {
+        this((n, request) -> script.apply(n));
+    }
+
+    /** Answers from the request's index (0-based) and the request itself. */
+    TestEndpoint(BiFunction<Integer, Received, Answer> script) throws IOException {
         server = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 0);
         server.setExecutor(Executors.newCachedThreadPool());
         server.createContext("/v1/metrics", exchange -> handle(exchange, script));
         server.start();
     }
 
-    private void handle(HttpExchange exchange, Function<Integer, Answer> script) throws IOException {
+    private void handle(HttpExchange exchange, BiFunction<Integer, Received, Answer> script) throws IOException {
         byte[] body;
         try (InputStream in = exchange.getRequestBody()) {
             body = in.readAllBytes();
         }
         Map<String, String> headers = new TreeMap<>();
         exchange.getRequestHeaders().forEach((k, v) -> headers.put(k.toLowerCase(), v.get(0)));
-        int n = received.size();
-        received.add(new Received(System.nanoTime(), headers, body));
-        Answer answer = script.apply(n);
+        Received request = new Received(System.nanoTime(), headers, body);
+        int n;
+        synchronized (received) {
+            n = received.size();
+            received.add(request);
+        }
+        Answer answer = script.apply(n, request);
         answer.headers().forEach((k, v) -> exchange.getResponseHeaders().add(k, v));
         exchange.sendResponseHeaders(answer.status(), -1);
         exchange.close();
