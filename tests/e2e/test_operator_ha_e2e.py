@@ -175,3 +175,44 @@ def test_each_change_is_applied_once_with_two_replicas(stack: Any, kubectl: Kube
     wrong = {name: leader_counts.get(name, 0) for name in names if leader_counts.get(name, 0) != 2}
     assert not wrong, f"reconciles per object other than one per change (create, edit): {wrong}"
     assert replicas.holder() == "op-a"
+
+
+def test_operator_killed_during_200_applies_converges(stack: Any, kubectl: Kubectl, namespace: str,
+                                                      tmp_path: Path) -> None:
+    """Given one operator, When 200 subscriptions are applied and the operator is killed with SIGKILL while
+    it works through them, and started again, Then all 200 reach the broker with their spec and report
+    Ready for their generation (kopf's progress annotations and the resume handler pick up where it died)."""
+    env = stack.env()
+    env["KCT_WATCH_NAMESPACES"] = namespace
+    env["KCT_RESYNC_SECONDS"] = "600"
+    operator = OperatorProcess(env, tmp_path / "operator.log")
+    names = [f"chaos-{index:03d}-{unique('s')[-6:]}" for index in range(200)]
+    try:
+        operator.start(timeout=60)
+        apply_all(kubectl, [subscription(namespace, name, 60000) for name in names])
+        eventually(lambda: "60000" in broker_intervals(stack.kafka_bootstrap, names).values(), timeout=60,
+                   interval=0.2, what="the first subscriptions on the broker")
+        assert operator.proc is not None
+        operator.proc.kill()
+        operator.proc.wait(timeout=10)
+        operator.proc = None
+        done_at_kill = sum(value == "60000" for value in broker_intervals(stack.kafka_bootstrap, names).values())
+        restarted = time.monotonic()
+        operator.start(timeout=60)
+        eventually(lambda: set(broker_intervals(stack.kafka_bootstrap, names).values()) == {"60000"}, timeout=240,
+                   interval=1.0, what="all 200 subscriptions on the broker after the restart")
+
+        def all_ready() -> bool:
+            items = json.loads(kubectl.run("get", "cms", "-n", namespace, "-o", "json").stdout)["items"]
+            return len(items) == 200 and all(
+                item.get("status", {}).get("observedGeneration") == 1
+                and any(c["type"] == "Ready" and c["status"] == "True" for c in item["status"].get("conditions", []))
+                for item in items
+            )
+
+        eventually(all_ready, timeout=240, interval=1.0, what="all 200 Ready for generation 1")
+        print(f"\nchaos: operator killed with {done_at_kill}/200 on the broker; all 200 on the broker and Ready "
+              f"{time.monotonic() - restarted:.1f} s after the restart")
+    finally:
+        operator.stop()
+        sys.stderr.write(f"--- operator log tail ---\n{operator.log_tail(2000)}\n")

@@ -327,3 +327,51 @@ def test_kafka_stopped_under_load_no_200_without_a_record(stack: Any, run_receiv
     missing = [instance for instance in ok if instance not in keys]
     assert not missing, f"{len(missing)} of {len(ok)} pushes answered 200 have no record: {missing[:5]}"
     print(f"outage: statuses={statuses} records={len(keys)} acknowledged={len(ok)} max_rss_mb={max(rss):.0f}")
+
+
+def test_chaos_kafka_down_30s_then_receiver_killed_no_acknowledged_push_lost(stack: Any, run_receiver: Any) -> None:
+    """Given the receiver under steady load, When Kafka is stopped for 30 s and started again, and then the
+    receiver is killed with SIGKILL mid-load and started again on its port, Then every push answered 200 at
+    any point is a record in the topic (zero acknowledged pushes lost), and the load flows again after each
+    fault."""
+    stack.require_local("a Kafka outage and a receiver kill under load")
+    topic = f"kct-e2e-chaos-{uuid.uuid4().hex[:8]}"
+    _create_topic(stack.kafka_bootstrap, topic)
+    receiver = run_receiver(topic)
+    ok: list[str] = []
+    statuses: dict[int, int] = {}
+    phases: dict[str, int] = {}
+
+    async def until_more_acknowledged(count: int, limit_s: float = 90) -> None:
+        target, deadline = len(ok) + count, time.monotonic() + limit_s
+        while len(ok) < target:
+            assert time.monotonic() < deadline, f"no recovery: {statuses}"
+            await asyncio.sleep(0.5)
+
+    async def scenario() -> None:
+        nonlocal receiver
+        stop = asyncio.Event()
+        load = asyncio.create_task(_load(f"{receiver.url}/v1/metrics", stop, ok, statuses, concurrency=16))
+        await until_more_acknowledged(50)
+        await asyncio.to_thread(stack.kafka_stop)
+        phases["acknowledged at kafka stop"] = len(ok)
+        await asyncio.sleep(30)
+        phases["acknowledged during 30 s outage"] = len(ok) - phases["acknowledged at kafka stop"]
+        await asyncio.to_thread(stack.kafka_start)
+        await until_more_acknowledged(50)
+        receiver.process.kill()  # SIGKILL mid-load: pushes in flight get no answer, never a 200
+        receiver.process.wait(timeout=10)
+        phases["acknowledged at receiver kill"] = len(ok)
+        receiver = await asyncio.to_thread(run_receiver, topic, receiver.port)
+        await until_more_acknowledged(50)
+        stop.set()
+        await load
+
+    asyncio.run(scenario())
+    assert receiver.process.poll() is None, "the restarted receiver died"
+    assert statuses.get(503, 0) > 0, statuses  # the outage was seen and refused, not acknowledged
+    assert statuses.get(0, 0) > 0, statuses  # the kill was seen by the load (connections refused or reset)
+    keys = {r.key().decode() for r in _read_topic(stack.kafka_bootstrap, topic, idle_s=5, limit_s=180)}
+    missing = [instance for instance in ok if instance not in keys]
+    print(f"\nchaos: statuses={statuses} acknowledged={len(ok)} records={len(keys)} lost={len(missing)} {phases}")
+    assert not missing, f"{len(missing)} of {len(ok)} pushes answered 200 have no record: {missing[:5]}"
