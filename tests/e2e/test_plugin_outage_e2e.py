@@ -114,8 +114,7 @@ def test_every_client_is_fresh_again_within_two_intervals_after_a_60s_outage(sta
     When the endpoint is down for 60 s and comes back,
     Then each client's first push collected after the return arrives within two intervals, no later push
     is lost, and the broker's produce latency is printed for each phase."""
-    if not stack.local:
-        pytest.skip("reads the plugin's counters over JMX from the local stack's broker")
+    stack.require_local("reads the plugin's counters over JMX from the local stack's broker")
     run = uuid.uuid4().hex[:8]
     prefix = f"kct-e2e-outage-{run}"
     client_ids = [f"{prefix}-{i:02d}" for i in range(CLIENTS)]

@@ -71,8 +71,7 @@ def test_rotated_token_is_used_without_a_restart_and_no_push_is_lost(stack: Stac
     When the token is rotated twice (endpoint first, then file first) while they push,
     Then the plugin sends the new token without a broker restart, every push arrives (no hole in any
     client's sequence), and nothing is counted dropped or failed."""
-    if not stack.local:
-        pytest.skip("rotates the local stack's token file and reads the plugin's counters over JMX")
+    stack.require_local("rotates the local stack's token file and reads the plugin's counters over JMX")
     if not TOKEN_FILE.exists():
         pytest.fail(f"{TOKEN_FILE} is missing: the local stack starts the broker with this token file")
     original = TOKEN_FILE.read_text()

@@ -107,8 +107,7 @@ def _rejections(metrics_url: str) -> dict[str, float]:
 @pytest.fixture
 def plugin_token_file(stack: Any) -> Iterator[Path]:
     """The stack's plugin token file, restored to its content afterwards whatever happens."""
-    if not stack.local:
-        pytest.skip("rotating the broker plugin's token file is only possible on the local stack")
+    stack.require_local("rotating the broker plugin's token file is only possible on the local stack")
     path = _stack_token_file()
     original = path.read_text()
     yield path

@@ -158,7 +158,9 @@ def _check(inp: FuzzInput, answer: Answer | None, results: Results) -> list[str]
             problems.append(f"{status} without a reason")
     if status == 429 and "retry-after" not in answer.headers:
         problems.append("429 without Retry-After")
-    if inp.expect_200 and status != 200:
+    # A valid push may still be refused by the quotas the receiver is configured with (429 with a reason and
+    # Retry-After, checked above): that is backpressure, not a fault. How often depends on the machine's speed.
+    if inp.expect_200 and status not in (200, 429):
         problems.append(f"a valid push answered {status}: {answer.body[:300]!r}")
     if inp.never_200 and status == 200:
         problems.append("an invalid push answered 200")
