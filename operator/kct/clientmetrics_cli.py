@@ -24,10 +24,10 @@ from pydantic import ValidationError
 
 from kct.api.crds import CLIENT_METRICS_SUBSCRIPTION
 from kct.api.subscription import MATCH_SELECTOR_KEYS, ClientMetricsSubscriptionSpec, effective_subscription_name
-from kct.controller.kernel import format_validation_error
 from kct.kafka.clientmetrics import parse_configs
 from kct.kafka.errors import KafkaAdminError
 from kct.kafka.port import ClientMetricsAdmin
+from kct.validation import format_validation_error
 
 __all__ = ["kubernetes_name", "managed_subscriptions", "parse_match", "register", "subscription_manifest"]
 

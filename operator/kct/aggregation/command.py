@@ -32,10 +32,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from kct.aggregation.config import ConfigError, load_config
+    from kct.aggregation.config import ConfigError, load_job_config
 
     try:
-        cfg = load_config(args.config)
+        cfg = load_job_config(args.config)
     except ConfigError as exc:
         print(f"kct aggregate: {exc}", file=sys.stderr)
         return 2

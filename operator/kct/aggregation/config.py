@@ -16,11 +16,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from kct.configfile import ConfigError, read_yaml, validate_document
 
 __all__ = [
     "AggregationConfig",
+    "AggregationTuning",
     "ConfigError",
     "KafkaOutputConfig",
     "ParquetOutputConfig",
@@ -29,18 +32,19 @@ __all__ = [
     "SparkConfig",
     "ThresholdRule",
     "WindowConfig",
-    "load_config",
-    "parse_config",
+    "load_job_config",
+    "parse_job_config",
 ]
-
-
-class ConfigError(ValueError):
-    """The job config is invalid; the message names the key, the value and the rule."""
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", frozen=True, strict=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
     )
 
 
@@ -65,11 +69,12 @@ class WindowConfig(_Model):
     """Tumbling event-time windows over the data points' own timestamps (`time_unix_nano`)."""
 
     size_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
-    # How long after a window's end late points are still accepted; later points are dropped.
+    """Window length in seconds."""
     watermark_seconds: Annotated[int, Field(ge=0, le=86_400)] = 120
-    # How far back (in windows) a cumulative series' previous point is looked for when computing a delta.
-    # Must cover the longest push interval: the broker caps it at 5 minutes, so 5 one-minute windows.
+    """How long after a window's end late points are still accepted; later points are dropped."""
     counter_lookback_windows: Annotated[int, Field(ge=1, le=1_440)] = 5
+    """How far back (in windows) a cumulative series' previous point is looked for when computing a delta.
+    Must cover the longest push interval: the broker caps it at 5 minutes, so 5 one-minute windows."""
 
 
 class ThresholdRule(_Model):
@@ -134,23 +139,38 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
-class AggregationConfig(_Model):
-    source: SourceConfig
+class AggregationTuning(_Model):
+    """What a deployment tunes about the aggregation itself: windows and alert rules. A TelemetryReceiver's
+    `spec.aggregation` is this model plus how the job is run (image, schedule, sink, pods), so a setting
+    added here is accepted by the CRD and rendered into the job's config without another edit."""
+
     window: WindowConfig = Field(default_factory=WindowConfig)
+    """Window size, watermark and counter lookback of the job."""
     rules: tuple[ThresholdRule, ...] = ()
-    parquet: ParquetOutputConfig
-    kafka_output: KafkaOutputConfig | None = None
-    run: RunConfig = Field(default_factory=RunConfig)
-    spark: SparkConfig = Field(default_factory=SparkConfig)
+    """Threshold rules (KIP-714's example: queue latency above 5000 ms for 180 s)."""
 
     @model_validator(mode="after")
-    def _unique_rule_names(self) -> AggregationConfig:
+    def _unique_rule_names(self) -> AggregationTuning:
         seen: set[str] = set()
         for rule in self.rules:
             if rule.name in seen:
                 raise ValueError(f"rules: name {rule.name!r} is used twice; rule names must be unique")
             seen.add(rule.name)
         return self
+
+    def tuning(self) -> dict[str, Any]:
+        """The tuned fields by name (for building an `AggregationConfig` from a subclass)."""
+        return {name: getattr(self, name) for name in AggregationTuning.model_fields}
+
+
+class AggregationConfig(AggregationTuning):
+    """The whole job configuration (the file given to `kct aggregate --config`)."""
+
+    source: SourceConfig
+    parquet: ParquetOutputConfig
+    kafka_output: KafkaOutputConfig | None = None
+    run: RunConfig = Field(default_factory=RunConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
 
     def checkpoint_dir(self) -> str:
         return self.run.checkpoint_path or f"{self.parquet.path.rstrip('/')}/_checkpoints"
@@ -178,25 +198,14 @@ def _expand(value: Any, where: str) -> Any:
     return value
 
 
-def parse_config(raw: Any) -> AggregationConfig:
-    """Build the config from parsed YAML/JSON, after `${ENV}` expansion; ConfigError names the key."""
+def parse_job_config(raw: Any, source: str = "aggregation config") -> AggregationConfig:
+    """Build the config from parsed YAML/JSON, after `${ENV}` expansion; ConfigError names the key.
+    Lax about scalars (`"30"` is 30), because an expanded `${VAR}` is always a string."""
     if not isinstance(raw, dict):
-        raise ConfigError("aggregation config: the document must be a mapping")
-    try:
-        return AggregationConfig.model_validate(_expand(raw, "config"), strict=False)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"aggregation config: {problems}") from None
+        raise ConfigError(f"{source}: the document must be a mapping")
+    return validate_document(AggregationConfig, _expand(raw, "config"), source, strict=False)
 
 
-def load_config(path: Path) -> AggregationConfig:
-    import yaml
-
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    return parse_config(raw)
+def load_job_config(path: Path) -> AggregationConfig:
+    """Read, expand and validate the YAML job config file."""
+    return parse_job_config(read_yaml(path), str(path))

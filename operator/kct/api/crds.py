@@ -13,9 +13,9 @@ from typing import Any, Final
 
 from kct.api._base import cel_rule
 from kct.api.crdgen import CrdDefinition, PrinterColumn, render_all
-from kct.api.receiver import TelemetryReceiverSpec, TelemetryReceiverStatus
 from kct.api.status import ClientMetricsSubscriptionStatus
 from kct.api.subscription import ClientMetricsSubscriptionSpec
+from kct.api.telemetry_receiver import TelemetryReceiverSpec, TelemetryReceiverStatus
 
 __all__ = [
     "CLIENT_METRICS_SUBSCRIPTION",
@@ -77,7 +77,7 @@ TELEMETRY_RECEIVER: Final = CrdDefinition(
     spec_model=TelemetryReceiverSpec,
     status_model=TelemetryReceiverStatus,
     description="OTLP receivers for the brokers' client telemetry plugin, the Kafka topic they write to and "
-    "the Spark application aggregating it (see kct.api.receiver).",
+    "the Spark application aggregating it (see kct.api.telemetry_receiver).",
     printer_columns=(
         PrinterColumn("Replicas", ".status.replicas", "integer", "Receiver pods"),
         PrinterColumn("Ready Replicas", ".status.readyReplicas", "integer", "Receiver pods ready"),

@@ -1,8 +1,8 @@
 """What both controllers share: the outcome of a reconcile, its events, retry backoff, how a step
-stops a reconcile (`StopReconcile`) and how that reads in status, and how a validation error reads to a
-user.
+stops a reconcile (`StopReconcile`) and how that reads in status (a validation error is worded by
+`kct.validation`, as everywhere else).
 
-The reconcile functions (`kct.controller.subscription`, `kct.controller.receiver`) are plain blocking
+The reconcile functions (`kct.controller.subscription`, `kct.controller.telemetry_receiver`) are plain blocking
 functions that return an `Outcome`; the kopf handlers turn it into a status patch, events and retries.
 Nothing here imports kopf or a client, so the reconciles stay testable with in-memory fakes.
 """
@@ -13,8 +13,6 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import ValidationError
 
 from kct.controller.conditions import ConditionType, Reason, find_condition, remove_condition, set_condition
 
@@ -27,7 +25,6 @@ __all__ = [
     "SecretMissing",
     "StopReconcile",
     "backoff",
-    "format_validation_error",
     "stopped_outcome",
 ]
 
@@ -75,18 +72,6 @@ class Outcome:
 def backoff(retry: int, base: float, maximum: float) -> float:
     """Seconds before retry number `retry` (0-based): `base * 2**retry`, at most `maximum`."""
     return float(min(maximum, base * (2 ** min(retry, 16))))
-
-
-def format_validation_error(error: ValidationError, prefix: str = "spec") -> str:
-    """`spec.match.clientId: 'a(' is not a valid RE2 regular expression: missing ): a(` (one per line)."""
-    lines = []
-    for problem in error.errors():
-        location = ".".join([prefix, *(str(part) for part in problem["loc"])])
-        message = problem["msg"].removeprefix("Value error, ")
-        value = problem.get("input")
-        shown = "" if isinstance(value, dict | list) or value is None or repr(value) in message else f" (got {value!r})"
-        lines.append(f"{location}: {message}{shown}")
-    return "; ".join(lines)
 
 
 class StopReconcile(Exception):

@@ -104,8 +104,8 @@ def _lead(election: LeaderElection, liveness_endpoint: str | None) -> LeaderElec
 def register_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Every handler `kct operator` runs, on one registry: the ClientMetricsSubscription controller (whose
     startup and login handlers configure kopf for both) and the TelemetryReceiver controller."""
-    from kct.controller.receiver_handlers import register_receiver_handlers
     from kct.controller.subscription_handlers import register_subscription_handlers
+    from kct.controller.telemetry_receiver_handlers import register_receiver_handlers
 
     register_subscription_handlers(registry, config)
     register_receiver_handlers(registry, config)

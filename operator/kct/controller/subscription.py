@@ -39,7 +39,6 @@ from kct.controller.kernel import (
     SecretMissing,
     StopReconcile,
     backoff,
-    format_validation_error,
     stopped_outcome,
 )
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
@@ -51,6 +50,7 @@ from kct.kafka.errors import (
     KafkaUnreachableError,
 )
 from kct.kafka.port import ClientMetricsAdmin
+from kct.validation import format_validation_error
 
 __all__ = [
     "PAUSE_ANNOTATION",

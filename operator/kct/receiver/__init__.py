@@ -5,6 +5,6 @@ Layers, outermost first: `server` (aiohttp, HTTP semantics) -> `pipeline` (one p
 `config` is the single configuration model, also rendered by the operator; it imports only pydantic.
 """
 
-from kct.receiver.config import ReceiverConfig, load_config
+from kct.receiver.config import ReceiverConfig, load_receiver_config
 
-__all__ = ["ReceiverConfig", "load_config"]
+__all__ = ["ReceiverConfig", "load_receiver_config"]

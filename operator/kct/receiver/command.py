@@ -27,12 +27,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kct.receiver.config import ConfigError, load_config, resolve_env
+    from kct.receiver.config import ConfigError, load_receiver_config, resolve_env
     from kct.receiver.jsonlog import configure_logging
     from kct.receiver.tokens import BearerTokens, TokenFileError
 
     try:
-        config = load_config(args.config)
+        config = load_receiver_config(args.config)
         auth = config.auth
         token: str | BearerTokens | None = None
         if auth.bearer_token_env is not None:

@@ -4,7 +4,7 @@ Settings come from a YAML file, secrets from the environment or files: the file 
 (`auth.bearerTokenEnv`, `kafka.bootstrapServersEnv`, `kafka.producerPropertiesFromEnv`) or a token file
 (`auth.bearerTokenFile`), never the secret values. The operator builds a `ReceiverConfig` from a
 TelemetryReceiver spec and writes `dump_config_yaml(...)` into a ConfigMap; the receiver reads that file
-with `load_config`. Keys are camelCase (Kubernetes style); Python code may use the snake_case field names.
+with `load_receiver_config`. Keys are camelCase (Kubernetes style); Python code may use the snake_case field names.
 
 The models are strict (no "1" for 1), frozen, and forbid unknown keys, so a typo in a ConfigMap is an error
 naming the key, not silently ignored. This module imports only pydantic (and PyYAML when loading), so the
@@ -14,13 +14,13 @@ gives the schema for the CRD and the Helm chart.
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from kct.configfile import ConfigError, read_yaml, validate_document
 
 __all__ = [
     "DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS",
@@ -37,12 +37,13 @@ __all__ = [
     "QuotasConfig",
     "RateLimitConfig",
     "ReceiverConfig",
+    "ReceiverTuning",
     "ShutdownConfig",
     "TlsConfig",
     "ValidationConfig",
     "dump_config_yaml",
-    "load_config",
-    "parse_config",
+    "load_receiver_config",
+    "parse_receiver_config",
 ]
 
 DEFAULT_ENTITY = "<default>"
@@ -82,12 +83,9 @@ DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS: tuple[str, ...] = (
 )
 
 
-class ConfigError(ValueError):
-    """The configuration file or the environment it names is invalid; the message says where and why."""
-
-
 class _Model(BaseModel):
     model_config = ConfigDict(
+        use_attribute_docstrings=True,
         strict=True,
         frozen=True,
         extra="forbid",
@@ -318,20 +316,40 @@ class ShutdownConfig(_Model):
     )
 
 
-class ReceiverConfig(_Model):
+class ReceiverTuning(_Model):
+    """What a deployment tunes: every section except where to listen, the token and Kafka, which whoever
+    deploys the receiver decides (the operator fills them from the TelemetryReceiver). A TelemetryReceiver's
+    `spec.receiver` is this model plus the operator's own fields, so a section added here is accepted by the
+    CRD, rendered into the ConfigMap and read by the receiver without another edit."""
+
+    limits: LimitsConfig = LimitsConfig()
+    """Request size and in-flight limits."""
+    privacy: PrivacyConfig = PrivacyConfig()
+    """Attribute keys dropped before storing (KIP-714 private metrics)."""
+    validation: ValidationConfig = ValidationConfig()
+    """Data point validation."""
+    rate_limit: RateLimitConfig = RateLimitConfig()
+    """Per client instance push-interval enforcement (KIP-714)."""
+    quotas: QuotasConfig = QuotasConfig()
+    """Byte-rate and push-rate quotas (KIP-13 windows, KIP-257 entities `user` / `clientId`)."""
+    observability: ObservabilityConfig = ObservabilityConfig()
+    """Self-observability layers (ingress, pipeline, sink) exposed for Prometheus."""
+    logging: LoggingConfig = LoggingConfig()
+    """Log level and format."""
+    shutdown: ShutdownConfig = ShutdownConfig()
+    """Graceful drain on SIGTERM."""
+
+    def tuning(self) -> dict[str, Any]:
+        """The tuned sections by field name (for building a `ReceiverConfig` from a subclass)."""
+        return {name: getattr(self, name) for name in ReceiverTuning.model_fields}
+
+
+class ReceiverConfig(ReceiverTuning):
     """The whole receiver configuration (the file given to `kct receiver --config`)."""
 
     listen: ListenConfig = ListenConfig()
     auth: AuthConfig = AuthConfig()
-    limits: LimitsConfig = LimitsConfig()
-    privacy: PrivacyConfig = PrivacyConfig()
-    validation: ValidationConfig = ValidationConfig()
-    rate_limit: RateLimitConfig = RateLimitConfig()
-    quotas: QuotasConfig = QuotasConfig()
     kafka: KafkaSinkConfig
-    observability: ObservabilityConfig = ObservabilityConfig()
-    logging: LoggingConfig = LoggingConfig()
-    shutdown: ShutdownConfig = ShutdownConfig()
 
     @model_validator(mode="after")
     def _limits_consistent(self) -> ReceiverConfig:
@@ -344,63 +362,24 @@ class ReceiverConfig(_Model):
         return self
 
 
-def _format_validation_error(source: str, exc: Exception) -> str:
-    from pydantic import ValidationError
-
-    if not isinstance(exc, ValidationError):
-        return f"{source}: {exc}"
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"{source}: {where}: {err['msg']} (got {err.get('input')!r})")
-    return "\n".join(lines)
-
-
-def parse_config(data: object, source: str = "<config>") -> ReceiverConfig:
+def parse_receiver_config(data: object, source: str = "<config>") -> ReceiverConfig:
     """Validate an already-parsed YAML/JSON document (JSON semantics: arrays may fill tuples)."""
-    from pydantic import ValidationError
-
-    try:
-        return ReceiverConfig.model_validate_json(json.dumps(data))
-    except ValidationError as exc:
-        raise ConfigError(_format_validation_error(source, exc)) from None
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+    return validate_document(ReceiverConfig, data, source)
 
 
-def _load_yaml(path: Path) -> object:
-    import yaml
-
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-
-
-def load_config(path: str | os.PathLike[str]) -> ReceiverConfig:
+def load_receiver_config(path: str | os.PathLike[str]) -> ReceiverConfig:
     """Read and validate the YAML configuration file."""
-    p = Path(path)
-    return parse_config(_load_yaml(p), str(p))
+    return parse_receiver_config(read_yaml(path), str(path))
 
 
 def load_quota_overrides(path: str | os.PathLike[str]) -> QuotaOverridesFile:
-    """Read and validate a quota overrides file."""
-    from pydantic import ValidationError
-
-    p = Path(path)
-    data = _load_yaml(p)
-    if data is None:
-        return QuotaOverridesFile()
-    try:
-        return QuotaOverridesFile.model_validate_json(json.dumps(data))
-    except ValidationError as exc:
-        raise ConfigError(_format_validation_error(str(p), exc)) from None
+    """Read and validate a quota overrides file (empty file: no overrides)."""
+    data = read_yaml(path)
+    return QuotaOverridesFile() if data is None else validate_document(QuotaOverridesFile, data, str(path))
 
 
 def dump_config_yaml(config: ReceiverConfig) -> str:
-    """Serialize for a ConfigMap: camelCase keys, defaults included, round-trips through `load_config`."""
+    """Serialize for a ConfigMap: camelCase keys, defaults included, round-trips through `load_receiver_config`."""
     import yaml
 
     return str(yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False))

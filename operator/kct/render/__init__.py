@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from kct.render.params import ReceiverParams
-from kct.render.receiver import (
+from kct.render.receiver_workload import (
     render_receiver_configmap,
     render_receiver_deployment,
     render_receiver_hpa,

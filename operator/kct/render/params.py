@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import yaml
+from pydantic import ValidationError
 
 from kct import __version__
 from kct.aggregation.config import AggregationConfig, ParquetOutputConfig, RunConfig, SourceConfig, SparkConfig
-from kct.api.receiver import SecretKeyReference, TelemetryReceiverSpec
+from kct.api.telemetry_receiver import SecretKeyReference, TelemetryReceiverSpec
 from kct.receiver.config import AuthConfig, KafkaSinkConfig, ListenConfig, ReceiverConfig, dump_config_yaml
 from kct.render.names import ChildNames
+from kct.validation import format_validation_error
 
 __all__ = [
     "AGGREGATION_CONFIG_DIR",
@@ -95,20 +97,16 @@ class ReceiverParams:
 
 
 def receiver_config(spec: TelemetryReceiverSpec, bootstrap_servers: str) -> ReceiverConfig:
-    """The receiver's config for `spec`; raises ValueError (naming `spec.` fields) when inconsistent."""
+    """The receiver's config for `spec`; raises ValueError (naming `spec.` fields) when inconsistent.
+
+    The tuned sections are copied as they are (`spec.receiver` is a `ReceiverTuning`); only what the operator
+    decides is set here: where to listen, the mounted token file, the cluster and the topic."""
     settings = spec.receiver
     try:
         return ReceiverConfig(
+            **settings.tuning(),
             listen=ListenConfig(host="0.0.0.0", port=OTLP_PORT),
             auth=AuthConfig(bearer_token_file=TOKEN_FILE if settings.auth.enabled else None),
-            limits=settings.limits,
-            rate_limit=settings.rate_limit,
-            quotas=settings.quotas,
-            privacy=settings.privacy,
-            validation=settings.validation,
-            observability=settings.observability,
-            logging=settings.logging,
-            shutdown=settings.shutdown,
             kafka=KafkaSinkConfig(
                 bootstrap_servers=bootstrap_servers,
                 topic=spec.topic.name,
@@ -116,24 +114,14 @@ def receiver_config(spec: TelemetryReceiverSpec, bootstrap_servers: str) -> Rece
                 producer_properties_from_env=producer_secret_env(spec),
             ),
         )
-    except ValueError as error:
-        raise ValueError(f"spec.receiver: {_first_message(error)}") from None
+    except ValidationError as error:
+        raise ValueError(format_validation_error(error, "spec.receiver")) from None
 
 
 def producer_secret_env(spec: TelemetryReceiverSpec) -> dict[str, str]:
     """librdkafka property -> the environment variable carrying its Secret value (sorted, stable names)."""
     properties = sorted(spec.receiver.producer_properties_from_secrets)
     return {prop: f"KCT_KAFKA_SECRET_{index}" for index, prop in enumerate(properties)}
-
-
-def _first_message(error: ValueError) -> str:
-    errors = getattr(error, "errors", None)
-    if callable(errors):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'receiver'}: {str(e['msg']).removeprefix('Value error, ')}"
-            for e in errors()
-        )
-    return str(error)
 
 
 def receiver_config_yaml(params: ReceiverParams) -> str:
@@ -146,9 +134,8 @@ def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
     if aggregation is None or not aggregation.enabled:
         return None
     return AggregationConfig(
+        **aggregation.tuning(),
         source=SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name),
-        window=aggregation.window,
-        rules=aggregation.rules,
         parquet=ParquetOutputConfig(path=aggregation.sink_path),
         run=RunConfig(
             mode="stream",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kct.aggregation.config import ConfigError, load_config, parse_config
+from kct.aggregation.config import ConfigError, load_job_config, parse_job_config
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "aggregation-local.yaml"
 
@@ -16,7 +16,7 @@ def test_example_config_loads_with_the_environment(monkeypatch: pytest.MonkeyPat
     When the shipped example is loaded,
     Then it reads client-telemetry from there, writes under build/aggregates and stops once drained."""
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
-    cfg = load_config(EXAMPLE)
+    cfg = load_job_config(EXAMPLE)
     assert (cfg.source.bootstrap_servers, cfg.source.topic) == ("127.0.0.1:19092", "client-telemetry")
     assert (cfg.parquet.path, cfg.run.until_drained, cfg.window.size_seconds) == ("build/aggregates", True, 60)
     (rule,) = cfg.rules
@@ -28,13 +28,13 @@ def test_missing_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) 
     """Given no KAFKA_BOOTSTRAP_SERVERS, When the example is loaded, Then the error names the key and variable."""
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     with pytest.raises(ConfigError, match=r"source\.bootstrapServers: environment variable KAFKA_BOOTSTRAP_SERVERS"):
-        load_config(EXAMPLE)
+        load_job_config(EXAMPLE)
 
 
 def test_defaults_and_env_default_syntax(monkeypatch: pytest.MonkeyPatch) -> None:
     """Given a minimal config using ${VAR:-default}, When parsed, Then defaults fill the rest."""
     monkeypatch.delenv("BOOT", raising=False)
-    cfg = parse_config({"source": {"bootstrapServers": "${BOOT:-localhost:9092}"}, "parquet": {"path": "/x"}})
+    cfg = parse_job_config({"source": {"bootstrapServers": "${BOOT:-localhost:9092}"}, "parquet": {"path": "/x"}})
     assert cfg.source.bootstrap_servers == "localhost:9092"
     assert (cfg.window.size_seconds, cfg.window.watermark_seconds, cfg.run.mode) == (60, 120, "stream")
     assert cfg.checkpoint_dir() == "/x/_checkpoints"
@@ -54,4 +54,4 @@ def test_defaults_and_env_default_syntax(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_invalid_configs_name_the_key(raw: dict[str, object], message: str) -> None:
     """Given a typo, an out-of-range value or a duplicate rule name, When parsed, Then ConfigError says where."""
     with pytest.raises(ConfigError, match=message):
-        parse_config(raw)
+        parse_job_config(raw)

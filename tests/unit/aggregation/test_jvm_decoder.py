@@ -218,10 +218,10 @@ def test_job_uses_jvm_decoder_when_configured(jvm_decoder: Any) -> None:
     """Given a job config with `source.decoder: jvm` and one push,
     When the job decodes the records,
     Then the plan calls the JVM function (no Python mapInArrow) and the points carry the labels."""
-    from kct.aggregation.config import parse_config
+    from kct.aggregation.config import parse_job_config
 
     spark = jvm_decoder
-    cfg = parse_config({"source": {"bootstrapServers": "unused:9092", "decoder": "jvm"},
+    cfg = parse_job_config({"source": {"bootstrapServers": "unused:9092", "decoder": "jvm"},
                         "parquet": {"path": "/tmp/unused"}})
     rec = SyntheticClient("job-client", started_ns=T0 - S, seed=3).push(T0)
     df = decode_records(spark.createDataFrame([_record(0, rec.value, rec.key, list(rec.headers))], RAW_SCHEMA_DDL),

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from kct.aggregation.config import ConfigError, parse_config
+from kct.aggregation.config import ConfigError, parse_job_config
 from kct.aggregation.job import read_records
 
 
 def test_reading_without_sparks_kafka_source_names_the_fix(spark: Any) -> None:
     """Given a session without spark-sql-kafka on its classpath (the unit tests' session has no spark.jars),
     When the job reads the topic, Then it stops before Spark does, naming the connector and the install command."""
-    cfg = parse_config({"source": {"bootstrapServers": "127.0.0.1:9"}, "parquet": {"path": "/unused"}})
+    cfg = parse_job_config({"source": {"bootstrapServers": "127.0.0.1:9"}, "parquet": {"path": "/unused"}})
     expected = rf"spark-sql-kafka-0-10_2\.13 {re.escape(spark.version)}.*dev/spark-deps/install\.py"
     with pytest.raises(RuntimeError, match=expected):
         read_records(spark, cfg, streaming=False)
@@ -24,4 +24,4 @@ def test_the_removed_python_connector_switch_is_rejected_by_name() -> None:
     """Given a config written for the removed Python Kafka source (`source.connector`), When parsed,
     Then the error names the key rather than silently reading some other way."""
     with pytest.raises(ConfigError, match=r"source\.connector"):
-        parse_config({"source": {"bootstrapServers": "b", "connector": "python"}, "parquet": {"path": "/x"}})
+        parse_job_config({"source": {"bootstrapServers": "b", "connector": "python"}, "parquet": {"path": "/x"}})

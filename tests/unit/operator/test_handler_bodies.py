@@ -8,13 +8,13 @@ from typing import Any
 import kopf
 import pytest
 
-from kct.api.receiver import TelemetryReceiverStatus
 from kct.api.status import ClientMetricsSubscriptionStatus
+from kct.api.telemetry_receiver import TelemetryReceiverStatus
 from kct.controller.children import InMemoryChildren
 from kct.controller.kafka_clients import AdminPool
 from kct.controller.kernel import OperatorConfig
-from kct.controller.receiver_handlers import ReceiverHandlers
 from kct.controller.subscription_handlers import CLAIMS_INDEX, SubscriptionHandlers, claims_index
+from kct.controller.telemetry_receiver_handlers import ReceiverHandlers
 from kct.kafka.fake import InMemoryClientMetricsAdmin, InMemoryTopicAdmin
 
 AVAILABLE = {

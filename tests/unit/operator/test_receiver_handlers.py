@@ -6,7 +6,7 @@ import kopf
 
 from kct.controller.kafka_clients import AdminPool
 from kct.controller.kernel import OperatorConfig
-from kct.controller.receiver_handlers import register_receiver_handlers, topic_admin_factory
+from kct.controller.telemetry_receiver_handlers import register_receiver_handlers, topic_admin_factory
 from kct.kafka.fake import InMemoryTopicAdmin
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from kct.api.receiver import TelemetryReceiverStatus
 from kct.api.subscription import KafkaConnection
+from kct.api.telemetry_receiver import TelemetryReceiverStatus
 from kct.controller.children import InMemoryChildren
 from kct.controller.kernel import Outcome
-from kct.controller.receiver import ReceiverResource, delete_receiver, reconcile_receiver
+from kct.controller.telemetry_receiver import ReceiverResource, delete_receiver, reconcile_receiver
 from kct.kafka.fake import InMemoryTopicAdmin
 from kct.kafka.topics import TopicAdmin, TopicState
 

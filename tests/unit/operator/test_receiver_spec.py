@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from kct.api.crdgen import render_crd
 from kct.api.crds import TELEMETRY_RECEIVER
-from kct.api.receiver import TelemetryReceiverSpec, parse_receiver_spec
-from kct.controller.kernel import format_validation_error
+from kct.api.telemetry_receiver import TelemetryReceiverSpec, parse_receiver_spec
 from kct.receiver.config import QuotasConfig
+from kct.validation import format_validation_error
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,7 @@ import pytest
 from kct.api.subscription import KafkaConnection
 from kct.controller.children import InMemoryChildren
 from kct.controller.conditions import Reason
-from kct.controller.receiver import (
+from kct.controller.telemetry_receiver import (
     ReceiverResource,
     StopReconcile,
     apply_children,

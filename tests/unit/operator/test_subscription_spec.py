@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from kct.api.subscription import ClientMetricsSubscriptionSpec, effective_subscription_name
-from kct.controller.kernel import format_validation_error
+from kct.validation import format_validation_error
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "subscriptions"
 

@@ -187,7 +187,7 @@ def test_one_spark_release_everywhere() -> None:
     """Given the Spark release the job is tested with (the pyspark pin in pyproject.toml), then the job image
     (Dockerfile SPARK_VERSION), the SparkApplication the operator renders (sparkVersion's default), the
     manifests under spark/, and the two Maven projects that build against Spark all name the same release."""
-    from kct.api.receiver import AggregationSpec
+    from kct.api.telemetry_receiver import AggregationSpec
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     pins = {req for extra in ("spark", "test") for req in project["optional-dependencies"][extra]

@@ -85,7 +85,7 @@ def test_image_config_is_what_the_dockerfile_says(unpacked: tuple[Path, Any]) ->
 def test_the_chart_and_the_receivers_run_as_the_images_user(unpacked: tuple[Path, Any], render: Render) -> None:
     """Given the chart's Deployment and the uid the operator renders receiver pods with, then both are the
     image's user, with a read-only root filesystem and a /tmp volume: what these tests run it with."""
-    from kct.render import receiver
+    from kct.render import receiver_workload as receiver
 
     _, config = unpacked
     uid, gid = (int(part) for part in config.user.split(":"))

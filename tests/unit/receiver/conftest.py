@@ -12,7 +12,7 @@ import pytest
 import zstandard
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from kct.receiver.config import ReceiverConfig, parse_config
+from kct.receiver.config import ReceiverConfig, parse_receiver_config
 from kct.receiver.server import ReceiverServer
 from kct.receiver.sink import MemorySink
 from kct.receiver.tokens import BearerTokens
@@ -30,7 +30,7 @@ def base_config(**sections: Any) -> ReceiverConfig:
         "logging": {"level": "WARNING"},
     }
     doc.update(sections)
-    return parse_config(doc)
+    return parse_receiver_config(doc)
 
 
 def make_request(

@@ -26,7 +26,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from kct.receiver.config import load_config
+from kct.receiver.config import load_receiver_config
 from kct.receiver.jsonlog import configure_logging
 from kct.receiver.server import ReceiverServer
 from kct.receiver.sink import MemorySink
@@ -57,7 +57,7 @@ class CheckingSink(MemorySink):
 
 
 async def main(config_path: str, out: str) -> None:
-    config = load_config(config_path)
+    config = load_receiver_config(config_path)
     configure_logging(config.logging.level, config.logging.format)
     server = ReceiverServer(config, CheckingSink(Path(out)), token=os.environ["KCT_FUZZ_TOKEN"])
     stop = asyncio.Event()

@@ -15,8 +15,8 @@ from kct.receiver.config import (
     PrivacyConfig,
     ReceiverConfig,
     dump_config_yaml,
-    load_config,
-    parse_config,
+    load_receiver_config,
+    parse_receiver_config,
     resolve_env,
 )
 from kct.receiver.kafka_sink import producer_config
@@ -29,7 +29,7 @@ EXAMPLE = REPO / "examples" / "receiver-local.yaml"
 def test_example_targets_the_local_stack() -> None:
     """Given examples/receiver-local.yaml, then it listens on 127.0.0.1:4318, takes the token and bootstrap
     servers from the environment, and writes to client-telemetry."""
-    config = load_config(EXAMPLE)
+    config = load_receiver_config(EXAMPLE)
     assert (config.listen.host, config.listen.port) == ("127.0.0.1", 4318)
     assert config.auth.bearer_token_env == "KCT_RECEIVER_TOKEN"
     assert config.kafka.bootstrap_servers_env == "KAFKA_BOOTSTRAP_SERVERS"
@@ -38,30 +38,30 @@ def test_example_targets_the_local_stack() -> None:
 
 def test_dump_round_trips_through_load(tmp_path: Path) -> None:
     """Given a config, when the operator renders it (camelCase YAML) and the receiver loads it, then equal."""
-    config = load_config(EXAMPLE)
+    config = load_receiver_config(EXAMPLE)
     path = tmp_path / "receiver.yaml"
     path.write_text(dump_config_yaml(config))
-    assert load_config(path) == config
+    assert load_receiver_config(path) == config
     assert "bearerTokenEnv" in path.read_text()
 
 
 def test_typos_and_wrong_types_name_the_field() -> None:
     """Given a misspelt key, a string for a number, or no Kafka bootstrap, then ConfigError naming each."""
     with pytest.raises(ConfigError, match=r"limits\.maxCompresedBytes: Extra inputs"):
-        parse_config({"kafka": {"bootstrapServers": "k:9092"}, "limits": {"maxCompresedBytes": 1}})
+        parse_receiver_config({"kafka": {"bootstrapServers": "k:9092"}, "limits": {"maxCompresedBytes": 1}})
     with pytest.raises(ConfigError, match=r"listen\.port"):
-        parse_config({"kafka": {"bootstrapServers": "k:9092"}, "listen": {"port": "4318"}})
+        parse_receiver_config({"kafka": {"bootstrapServers": "k:9092"}, "listen": {"port": "4318"}})
     with pytest.raises(ConfigError, match="bootstrapServers"):
-        parse_config({"kafka": {"topic": "t"}})
+        parse_receiver_config({"kafka": {"topic": "t"}})
     with pytest.raises(ConfigError, match="maxInflightBytes"):
-        parse_config({"kafka": {"bootstrapServers": "k"}, "limits": {"maxInflightBytes": 10}})
+        parse_receiver_config({"kafka": {"bootstrapServers": "k"}, "limits": {"maxInflightBytes": 10}})
     with pytest.raises(ConfigError, match="set by the receiver"):
-        parse_config({"kafka": {"bootstrapServers": "k", "producerProperties": {"acks": "1"}}})
+        parse_receiver_config({"kafka": {"bootstrapServers": "k", "producerProperties": {"acks": "1"}}})
 
 
 def test_model_is_frozen_and_json_schema_able() -> None:
     """Given the model, then instances are immutable and a JSON schema with camelCase names exists."""
-    config = parse_config({"kafka": {"bootstrapServers": "k:9092"}})
+    config = parse_receiver_config({"kafka": {"bootstrapServers": "k:9092"}})
     with pytest.raises(ValueError, match="frozen"):
         config.kafka.topic = "x"  # type: ignore[misc]
     schema = json.dumps(ReceiverConfig.model_json_schema(by_alias=True))
@@ -73,7 +73,7 @@ def test_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     their values, with idempotence and acks=all forced; a missing variable is a ConfigError naming it."""
     monkeypatch.setenv("KB", "k1:9092,k2:9092")
     monkeypatch.setenv("KPW", "s3cret")
-    config = parse_config(
+    config = parse_receiver_config(
         {"kafka": {"bootstrapServersEnv": "KB", "producerPropertiesFromEnv": {"sasl.password": "KPW"}}}
     )
     conf = producer_config(config.kafka, 1_000_000)

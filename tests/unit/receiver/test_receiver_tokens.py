@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import ReceiverFactory, base_config, make_request
 
-from kct.receiver.config import ConfigError, parse_config
+from kct.receiver.config import ConfigError, parse_receiver_config
 from kct.receiver.tokens import BearerTokens, TokenFileError
 
 
@@ -121,8 +121,8 @@ def test_config_takes_one_token_source() -> None:
     """Given both bearerTokenEnv and bearerTokenFile, then the config is refused naming both."""
     doc = {"kafka": {"bootstrapServers": "k:9092"}, "auth": {"bearerTokenEnv": "T", "bearerTokenFile": "/t"}}
     with pytest.raises(ConfigError, match=r"bearerTokenEnv and auth\.bearerTokenFile"):
-        parse_config(doc)
-    config = parse_config({"kafka": {"bootstrapServers": "k:9092"}, "auth": {"bearerTokenFile": "/t"}})
+        parse_receiver_config(doc)
+    config = parse_receiver_config({"kafka": {"bootstrapServers": "k:9092"}, "auth": {"bearerTokenFile": "/t"}})
     assert config.auth.previous_token_grace_seconds == 300
 
 

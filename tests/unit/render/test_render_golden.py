@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kct.api.receiver import parse_receiver_spec
+from kct.api.telemetry_receiver import parse_receiver_spec
 from kct.render import BUILDERS, ReceiverParams
 
 REPO = Path(__file__).resolve().parents[3]

@@ -9,13 +9,13 @@ from typing import Any
 
 import yaml
 
-from kct.aggregation.config import parse_config as parse_aggregation_config
-from kct.api.receiver import parse_receiver_spec
-from kct.receiver.config import load_config
+from kct.aggregation.config import parse_job_config as parse_aggregation_config
+from kct.api.telemetry_receiver import parse_receiver_spec
+from kct.receiver.config import load_receiver_config
 from kct.render import render_children
 from kct.render.names import CONFIG_HASH_ANNOTATION, ChildNames, dns_label, selector_labels
 from kct.render.params import ReceiverParams, receiver_config
-from kct.render.receiver import (
+from kct.render.receiver_workload import (
     render_receiver_configmap,
     render_receiver_deployment,
     render_receiver_hpa,
@@ -60,7 +60,7 @@ def test_changing_receiver_settings_changes_the_pod_template_hash() -> None:
 
 def test_configmap_holds_the_receivers_own_config_file(tmp_path: Path) -> None:
     """Given a spec with quotas and privacy settings, When the ConfigMap is rendered, Then its file loads
-    with the receiver's own `load_config` into exactly the config built from the spec."""
+    with the receiver's own `load_receiver_config` into exactly the config built from the spec."""
     spec = {
         "receiver": {
             "quotas": {"defaultByteRate": 1000, "overrides": [{"clientId": "a", "byteRate": 5}]},
@@ -71,7 +71,7 @@ def test_configmap_holds_the_receivers_own_config_file(tmp_path: Path) -> None:
     data = render_receiver_configmap(params(spec))["data"]
     path = tmp_path / "receiver.yaml"
     path.write_text(data["receiver.yaml"])
-    loaded = load_config(path)
+    loaded = load_receiver_config(path)
     assert loaded == receiver_config(parse_receiver_spec(spec), "broker:9092")
     assert loaded.kafka.topic == "raw" and loaded.auth.bearer_token_file == "/etc/kct/token/token"
     assert loaded.auth.bearer_token_env is None

@@ -1,4 +1,4 @@
-"""kopf handlers for TelemetryReceiver: thin adapters around `kct.controller.receiver`.
+"""kopf handlers for TelemetryReceiver: thin adapters around `kct.controller.telemetry_receiver`.
 
 - create / update / resume: reconcile; Kafka or API errors raise `kopf.TemporaryError(delay=...)`
   after the status patch that names the cause (kopf applies the patch even when the handler raises).
@@ -28,7 +28,7 @@ from kct.controller.children import ChildrenClient, KubernetesChildren
 from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader, read_properties_file
 from kct.controller.kernel import OperatorConfig, Outcome
 from kct.controller.kopf_outcome import post_events, write_outcome
-from kct.controller.receiver import ReceiverResource, TopicAdminFactory, delete_receiver, reconcile_receiver
+from kct.controller.telemetry_receiver import ReceiverResource, TopicAdminFactory, delete_receiver, reconcile_receiver
 from kct.kafka.topics import TopicAdmin
 from kct.render.names import MANAGED_BY, OWNER_LABEL
 

@@ -7,7 +7,7 @@ Admin API; partitions only grow) -> status, validated by the `TelemetryReceiverS
 written. A step that cannot go on raises `StopReconcile`, which becomes Ready=False with its reason. The
 function is plain and blocking over two ports (`ChildrenClient` for Kubernetes, `TopicAdmin` for Kafka), so
 unit tests drive each step and the whole with in-memory fakes, and the kopf handlers
-(`kct.controller.receiver_handlers`) run it in a thread and only translate its `Outcome` into a status
+(`kct.controller.telemetry_receiver_handlers`) run it in a thread and only translate its `Outcome` into a status
 patch, events and retries.
 
 Ready is True only when the Deployment reports every wanted pod available *and* the topic exists.
@@ -30,8 +30,8 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from kct.api.receiver import TelemetryReceiverSpec, TelemetryReceiverStatus, parse_receiver_spec
 from kct.api.subscription import KafkaConnection
+from kct.api.telemetry_receiver import TelemetryReceiverSpec, TelemetryReceiverStatus, parse_receiver_spec
 from kct.controller.children import ApplyRefused, ChildrenClient, KindNotInstalled
 from kct.controller.conditions import ConditionType, Reason, now_rfc3339
 from kct.controller.kernel import (
@@ -41,7 +41,6 @@ from kct.controller.kernel import (
     Outcome,
     StopReconcile,
     backoff,
-    format_validation_error,
     stopped_outcome,
 )
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
@@ -55,6 +54,7 @@ from kct.kafka.topics import TopicAdmin, TopicPlan, TopicState, plan_topic
 from kct.render import CHILD_KINDS, render_children
 from kct.render.names import CONFIG_HASH_ANNOTATION, ChildNames, owned_selector
 from kct.render.params import ReceiverParams
+from kct.validation import format_validation_error
 
 __all__ = [
     "AppliedChildren",

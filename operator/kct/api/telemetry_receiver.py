@@ -19,20 +19,11 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 
-from kct.aggregation.config import ThresholdRule, WindowConfig
+from kct.aggregation.config import AggregationTuning
 from kct.api._base import SpecModel, cel_rule
 from kct.api.status import Condition
 from kct.api.subscription import KafkaConnection
-from kct.receiver.config import (
-    LimitsConfig,
-    LoggingConfig,
-    ObservabilityConfig,
-    PrivacyConfig,
-    QuotasConfig,
-    RateLimitConfig,
-    ShutdownConfig,
-    ValidationConfig,
-)
+from kct.receiver.config import ReceiverTuning
 
 __all__ = [
     "DEFAULT_AGGREGATION_IMAGE",
@@ -152,10 +143,11 @@ class ReceiverAuthSpec(SpecModel):
     `<name>-token` (key `token`) once and keeps it."""
 
 
-class ReceiverSettings(SpecModel):
-    """The receiver's own settings (`kct receiver --config`); every section is the receiver's config model.
-    Listening address, Kafka bootstrap servers, the topic and the token's environment variable are set by
-    the operator."""
+class ReceiverSettings(ReceiverTuning):
+    """The receiver's settings: every section of its own config (`kct receiver --config`) that a deployment
+    tunes (inherited from `ReceiverTuning`, so a new section needs no edit here), plus how the operator
+    provides the token and Kafka credentials. Listening address, bootstrap servers and topic are set by the
+    operator."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -179,22 +171,6 @@ class ReceiverSettings(SpecModel):
 
     auth: ReceiverAuthSpec = ReceiverAuthSpec()
     """Push authentication."""
-    limits: LimitsConfig = LimitsConfig()
-    """Request size and in-flight limits."""
-    rate_limit: RateLimitConfig = RateLimitConfig()
-    """Per client instance push-interval enforcement (KIP-714)."""
-    quotas: QuotasConfig = QuotasConfig()
-    """Byte-rate and push-rate quotas (KIP-13 windows, KIP-257 entities `user` / `clientId`)."""
-    privacy: PrivacyConfig = PrivacyConfig()
-    """Attribute keys dropped before storing (KIP-714 private metrics)."""
-    validation: ValidationConfig = ValidationConfig()
-    """Data point validation."""
-    observability: ObservabilityConfig = ObservabilityConfig()
-    """Self-observability layers (ingress, pipeline, sink) exposed for Prometheus."""
-    logging: LoggingConfig = LoggingConfig()
-    """Log level and format."""
-    shutdown: ShutdownConfig = ShutdownConfig()
-    """Graceful drain on SIGTERM."""
     producer_properties: dict[str, str] = Field(default_factory=dict)
     """Extra librdkafka producer properties (e.g. `compression.type: zstd`)."""
     producer_properties_from_secrets: dict[str, SecretKeyReference] = Field(default_factory=dict)
@@ -234,8 +210,9 @@ class ExecutorSpec(SpecModel):
     memory: SparkMemory = "2g"
 
 
-class AggregationSpec(SpecModel):
-    """The Spark job aggregating the topic (kubeflow spark-operator, `sparkoperator.k8s.io/v1beta2`)."""
+class AggregationSpec(AggregationTuning):
+    """The Spark job aggregating the topic (kubeflow spark-operator, `sparkoperator.k8s.io/v1beta2`): the
+    job's own tuning (`window`, `rules`, inherited from `AggregationTuning`) plus how it runs."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -260,10 +237,6 @@ class AggregationSpec(SpecModel):
     ScheduledSparkApplication that drains the topic (availableNow) on `schedule`, resuming from its checkpoint."""
     schedule: str | None = Field(default=None, min_length=1, max_length=128)
     """Cron schedule for `mode: scheduled`, e.g. `*/15 * * * *`."""
-    window: WindowConfig = WindowConfig()
-    """Window size, watermark and counter lookback of the job."""
-    rules: tuple[ThresholdRule, ...] = ()
-    """Threshold rules (KIP-714's example: queue latency above 5000 ms for 180 s)."""
     sink_path: str = Field(default="/data/aggregates", min_length=1)
     """Where Parquet tables go: a path on `sinkClaimName`'s volume, or an object store URL."""
     sink_claim_name: str | None = Field(default=None, max_length=253)
