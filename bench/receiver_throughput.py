@@ -215,7 +215,7 @@ async def drive(
 _MEMORY_SERVER = """
 import asyncio, sys
 sys.path.insert(0, {operator!r})
-from kct.receiver.config import load_config
+from kct.receiver.config import load_receiver_config
 from kct.receiver.jsonlog import configure_logging
 from kct.receiver.server import ReceiverServer
 from kct.receiver.sink import MemorySink
@@ -224,7 +224,7 @@ class CountingSink(MemorySink):
     async def send(self, key, value, headers):
         self.count = getattr(self, "count", 0) + 1
 
-cfg = load_config(sys.argv[1])
+cfg = load_receiver_config(sys.argv[1])
 configure_logging("WARNING", "json")
 asyncio.run(ReceiverServer(cfg, CountingSink(), token="bench-token").run_until_signalled())
 """

@@ -84,9 +84,9 @@ def timed(fn: Any) -> tuple[float, Any]:
 
 
 def job_config(args: argparse.Namespace, topic: str, work: Path, extra_source: dict[str, str]) -> Any:
-    from kct.aggregation.config import parse_config
+    from kct.aggregation.config import parse_job_config
 
-    return parse_config({
+    return parse_job_config({
         "source": {"bootstrapServers": args.bootstrap, "topic": topic, "decoder": args.decoder, **extra_source},
         "rules": [{"name": "queue", "metric": "org.apache.kafka.producer.record.queue.time.max", "field": "max",
                    "op": ">", "threshold": 5000, "forSeconds": 180}],
