@@ -29,7 +29,7 @@ from kct.kafka.errors import (
 )
 from kct.kafka.topics import TopicState
 
-__all__ = ["KafkaPythonClientMetricsAdmin", "KafkaPythonTopicAdmin", "translate_error"]
+__all__ = ["AdminClients", "KafkaPythonClientMetricsAdmin", "KafkaPythonTopicAdmin", "translate_error"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,13 +116,14 @@ class _Slot:
                 log.debug("closing admin client", exc_info=True)
 
 
-class KafkaPythonClientMetricsAdmin:
-    """`ClientMetricsAdmin` over one cluster. Connects lazily and reconnects after connection errors,
-    so a broker that comes back is used again without restarting the caller.
+class AdminClients:
+    """A few lazily connected kafka-python admin clients of one cluster, each used by one thread at a time.
+    Connects on first use and reconnects after connection errors, so a broker that comes back is used again
+    without restarting the caller; every error leaves as a `kct.kafka.errors` type.
 
     kafka-python's admin client is not safe for concurrent calls, and an alter costs a KRaft commit
-    (~30 ms here), so calls are spread over `connections` clients, each used by one thread at a time
-    (4 clients: ~9 ms per alter instead of ~32 ms when many resources reconcile at once)."""
+    (~30 ms here), so calls are spread over `connections` clients (4 clients: ~9 ms per alter instead of
+    ~32 ms when many resources reconcile at once). Both admins below are built on one of these."""
 
     def __init__(
         self,
@@ -147,7 +148,8 @@ class KafkaPythonClientMetricsAdmin:
             self._slots.put(_Slot())
         self._connections = max(1, connections)
 
-    def _call(self, operation: Callable[[_AdminClient], T]) -> T:
+    def call(self, operation: Callable[[_AdminClient], T]) -> T:
+        """`operation` on a free client; errors translated (`translate_error`)."""
         slot = self._slots.get()  # LIFO: reuse the warm client first, open more only under load
         try:
             if slot.client is None:
@@ -162,6 +164,21 @@ class KafkaPythonClientMetricsAdmin:
             raise translated from error
         finally:
             self._slots.put(slot)
+
+    def close(self) -> None:
+        slots = [self._slots.get() for _ in range(self._connections)]  # waits for calls in flight
+        for slot in slots:
+            slot.reset()
+            self._slots.put(slot)
+
+
+class KafkaPythonClientMetricsAdmin:
+    """`ClientMetricsAdmin` over one cluster (arguments: those of `AdminClients`)."""
+
+    def __init__(self, bootstrap_servers: str, settings: Mapping[str, Any] | None = None, **options: Any) -> None:
+        self._clients = AdminClients(bootstrap_servers, settings, **options)
+        self._call = self._clients.call
+        self.bootstrap_servers = bootstrap_servers
 
     def list_subscriptions(self) -> list[str]:
         def call(client: _AdminClient) -> list[str]:
@@ -205,10 +222,7 @@ class KafkaPythonClientMetricsAdmin:
             self.alter_subscription(name, {}, tuple(existing))
 
     def close(self) -> None:
-        slots = [self._slots.get() for _ in range(self._connections)]  # waits for calls in flight
-        for slot in slots:
-            slot.reset()
-            self._slots.put(slot)
+        self._clients.close()
 
 
 _TIMEOUT_MS = 30_000
@@ -216,8 +230,16 @@ _UNKNOWN_TOPIC = 3
 _TOPIC_ALREADY_EXISTS = 36
 
 
-class KafkaPythonTopicAdmin(KafkaPythonClientMetricsAdmin):
-    """`TopicAdmin` (and `ClientMetricsAdmin`) over one cluster, with kafka-python."""
+class KafkaPythonTopicAdmin:
+    """`TopicAdmin` over one cluster (arguments: those of `AdminClients`)."""
+
+    def __init__(self, bootstrap_servers: str, settings: Mapping[str, Any] | None = None, **options: Any) -> None:
+        self._clients = AdminClients(bootstrap_servers, settings, **options)
+        self._call = self._clients.call
+        self.bootstrap_servers = bootstrap_servers
+
+    def close(self) -> None:
+        self._clients.close()
 
     def describe_topic(self, name: str) -> TopicState | None:
         from kafka.admin import ConfigResource, ConfigResourceType

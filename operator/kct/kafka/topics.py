@@ -1,8 +1,8 @@
 """Topic admin: the few topic calls the TelemetryReceiver controller needs.
 
 The port: one `Protocol` (`TopicAdmin`) and the values it speaks (`TopicState`); the real implementation
-over kafka-python is `kct.kafka.kafka_python.KafkaPythonTopicAdmin` (it reuses the lazily connecting,
-error-translating client of `KafkaPythonClientMetricsAdmin`), the in-memory fake
+over kafka-python is `kct.kafka.kafka_python.KafkaPythonTopicAdmin` (on the lazily connecting,
+error-translating `AdminClients` the CLIENT_METRICS admin uses too), the in-memory fake
 `kct.kafka.fake.InMemoryTopicAdmin`. Importing this module loads no Kafka client. What to do with a
 topic (create, grow, which configs to set) is decided by `plan_topic`, a pure function, so the rule
 "partitions only grow" is written once and tested without a broker.
