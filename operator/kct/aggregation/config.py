@@ -16,10 +16,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
 from kct.configfile import ConfigError, read_yaml, validate_document
+from kct.models import StrictModel
 
 __all__ = [
     "AggregationConfig",
@@ -37,18 +37,9 @@ __all__ = [
 ]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        strict=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
-        use_attribute_docstrings=True,
-    )
 
 
-class SourceConfig(_Model):
+class SourceConfig(StrictModel):
     """Where the receiver's records are: one topic, one record per push (see the README's record format),
     read with Spark's own Kafka source (spark-sql-kafka-0-10)."""
 
@@ -65,7 +56,7 @@ class SourceConfig(_Model):
     consumer_properties: dict[str, str] = Field(default_factory=dict)
 
 
-class WindowConfig(_Model):
+class WindowConfig(StrictModel):
     """Tumbling event-time windows over the data points' own timestamps (`time_unix_nano`)."""
 
     size_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
@@ -77,7 +68,7 @@ class WindowConfig(_Model):
     Must cover the longest push interval: the broker caps it at 5 minutes, so 5 one-minute windows."""
 
 
-class ThresholdRule(_Model):
+class ThresholdRule(StrictModel):
     """An alert when `field` of `metric` compares true against `threshold` for longer than `forSeconds`.
 
     Evaluated per client instance and series (metric + data-point attributes) over consecutive windows:
@@ -94,13 +85,13 @@ class ThresholdRule(_Model):
     severity: Literal["info", "warning", "critical"] = "warning"
 
 
-class ParquetOutputConfig(_Model):
+class ParquetOutputConfig(StrictModel):
     """Parquet tables under `path`: client_metrics/, rollups/, terminations/, alerts/."""
 
     path: str = Field(min_length=1)
 
 
-class KafkaOutputConfig(_Model):
+class KafkaOutputConfig(StrictModel):
     """Optional topic of aggregates (JSON values, key = client instance id)."""
 
     bootstrap_servers: str = Field(min_length=1)
@@ -108,7 +99,7 @@ class KafkaOutputConfig(_Model):
     producer_properties: dict[str, str] = Field(default_factory=dict)
 
 
-class RunConfig(_Model):
+class RunConfig(StrictModel):
     """How the job runs.
 
     `mode: stream` is Structured Streaming with checkpoints (the production mode); with
@@ -130,7 +121,7 @@ class RunConfig(_Model):
     hour: str = Field(default="", pattern=r"^(\d{4}-\d{2}-\d{2}T\d{2})?$")
 
 
-class SparkConfig(_Model):
+class SparkConfig(StrictModel):
     """The SparkSession when the job creates it (local runs); ignored when spark-submit already did."""
 
     master: str = "local[*]"
@@ -139,7 +130,7 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
-class AggregationTuning(_Model):
+class AggregationTuning(StrictModel):
     """What a deployment tunes about the aggregation itself: windows and alert rules. A TelemetryReceiver's
     `spec.aggregation` is this model plus how the job is run (image, schedule, sink, pods), so a setting
     added here is accepted by the CRD and rendered into the job's config without another edit."""

@@ -1,33 +1,23 @@
 """The base every CR spec model derives from.
 
-Spec models are the single source of the CRD schemas (see `kct.api.crdgen`), so they are strict
-(no coercion: `"100"` is not an interval), frozen (values, not mutable records) and closed
-(`extra="forbid"`: a typo in a spec is an error, not silence). Python names are snake_case; the
-Kubernetes field names are their camelCase aliases, and both are accepted when parsing.
+Spec models are the single source of the CRD schemas (see `kct.api.crdgen`); they follow the rules of
+every kct model (`kct.models.StrictModel`: strict, frozen, closed, camelCase aliases) and add how a spec
+is written back to the API server.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
+
+from kct.models import StrictModel
 
 __all__ = ["SpecModel", "cel_rule"]
 
 
-class SpecModel(BaseModel):
-    """Strict, frozen, closed model whose JSON names are camelCase."""
-
-    model_config = ConfigDict(
-        strict=True,
-        frozen=True,
-        extra="forbid",
-        alias_generator=to_camel,
-        populate_by_name=True,
-        use_attribute_docstrings=True,
-    )
+class SpecModel(StrictModel):
+    """A CR spec or status model."""
 
     def to_kube(self) -> dict[str, Any]:
         """The spec as the Kubernetes API server stores it: camelCase names, unset optionals omitted."""

@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
 from kct.configfile import ConfigError, read_yaml, validate_document
+from kct.models import StrictModel
 
 __all__ = [
     "DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS",
@@ -83,22 +83,13 @@ DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS: tuple[str, ...] = (
 )
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        use_attribute_docstrings=True,
-        strict=True,
-        frozen=True,
-        extra="forbid",
-        alias_generator=to_camel,
-        populate_by_name=True,
-    )
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Port = Annotated[int, Field(ge=0, le=65535)]
 
 
-class TlsConfig(_Model):
+class TlsConfig(StrictModel):
     """TLS on the listener; with `clientCaFile` every client must present a certificate it signed (mTLS)."""
 
     cert_file: str = Field(description="PEM server certificate (chain) path.")
@@ -108,7 +99,7 @@ class TlsConfig(_Model):
     )
 
 
-class ListenConfig(_Model):
+class ListenConfig(StrictModel):
     host: str = Field(default="0.0.0.0", description="Address to bind.")
     port: Port = Field(default=4318, description="OTLP/HTTP port (4318 is the OTLP/HTTP default).")
     tls: TlsConfig | None = None
@@ -118,7 +109,7 @@ class ListenConfig(_Model):
     backlog: PositiveInt = 1024
 
 
-class AuthConfig(_Model):
+class AuthConfig(StrictModel):
     bearer_token_env: str | None = Field(
         default=None,
         description="Environment variable holding the bearer token every push must carry "
@@ -149,7 +140,7 @@ class AuthConfig(_Model):
         return self
 
 
-class LimitsConfig(_Model):
+class LimitsConfig(StrictModel):
     max_compressed_bytes: PositiveInt = Field(
         default=512 * 1024, description="Largest request body as received (413 above)."
     )
@@ -170,7 +161,7 @@ class LimitsConfig(_Model):
     )
 
 
-class PrivacyConfig(_Model):
+class PrivacyConfig(StrictModel):
     """Which attribute keys (resource, scope and data point) are dropped before storing (KIP-714).
 
     A key is kept when it matches an `allow` pattern, otherwise dropped when it matches a `deny` pattern,
@@ -185,7 +176,7 @@ class PrivacyConfig(_Model):
     )
 
 
-class ValidationConfig(_Model):
+class ValidationConfig(StrictModel):
     check_data_points: bool = Field(
         default=True,
         description="Check every data point (a number point has a value, histogram buckets fit their "
@@ -193,7 +184,7 @@ class ValidationConfig(_Model):
     )
 
 
-class RateLimitConfig(_Model):
+class RateLimitConfig(StrictModel):
     """Per client instance push-interval rate limiting, as the broker does it (KIP-714)."""
 
     enabled: bool = True
@@ -217,7 +208,7 @@ class RateLimitConfig(_Model):
     )
 
 
-class QuotaOverride(_Model):
+class QuotaOverride(StrictModel):
     """A quota for one KIP-257 entity: `<user, client-id>`, `<user>` or `<client-id>`.
 
     `user` / `clientId` are a name, `"<default>"` (the default entity), or absent (not part of the entity).
@@ -238,13 +229,13 @@ class QuotaOverride(_Model):
         return self
 
 
-class QuotaOverridesFile(_Model):
+class QuotaOverridesFile(StrictModel):
     """The overrides file (`quotas.overridesFile`), re-read when it changes."""
 
     overrides: tuple[QuotaOverride, ...] = ()
 
 
-class QuotasConfig(_Model):
+class QuotasConfig(StrictModel):
     """KIP-13 rate quotas over N windows, resolved per KIP-257 entity precedence."""
 
     enabled: bool = True
@@ -265,7 +256,7 @@ class QuotasConfig(_Model):
     max_tracked_entities: PositiveInt = 200_000
 
 
-class KafkaSinkConfig(_Model):
+class KafkaSinkConfig(StrictModel):
     bootstrap_servers: str | None = None
     bootstrap_servers_env: str | None = Field(
         default=None, description="Environment variable with the bootstrap servers (wins over the value)."
@@ -295,7 +286,7 @@ class KafkaSinkConfig(_Model):
         return self
 
 
-class ObservabilityConfig(_Model):
+class ObservabilityConfig(StrictModel):
     """Self-observability layers (like an API gateway's global/proxy/backend): enable what you use."""
 
     ingress: bool = Field(default=True, description="HTTP server metrics (http.server.*) and rejections.")
@@ -304,19 +295,19 @@ class ObservabilityConfig(_Model):
     metrics_path: str = "/metrics"
 
 
-class LoggingConfig(_Model):
+class LoggingConfig(StrictModel):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["json", "text"] = "json"
     access_log: bool = False
 
 
-class ShutdownConfig(_Model):
+class ShutdownConfig(StrictModel):
     drain_timeout_ms: PositiveInt = Field(
         default=20_000, description="On SIGTERM: time allowed for in-flight pushes and the producer flush."
     )
 
 
-class ReceiverTuning(_Model):
+class ReceiverTuning(StrictModel):
     """What a deployment tunes: every section except where to listen, the token and Kafka, which whoever
     deploys the receiver decides (the operator fills them from the TelemetryReceiver). A TelemetryReceiver's
     `spec.receiver` is this model plus the operator's own fields, so a section added here is accepted by the
