@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -221,6 +222,11 @@ class Sender:
             await writer.drain()
         except ConnectionError:
             pass  # the server may refuse before reading everything (declared size, bad framing)
+        except OSError as error:
+            # Half-closing a socket the server has already closed (it answered and hung up before our
+            # write_eof) is ENOTCONN, not a ConnectionError; what it answered is still read and checked.
+            if error.errno != errno.ENOTCONN:
+                raise
         return await _read_answer(reader)
 
     async def aclose(self) -> None:
