@@ -358,7 +358,24 @@ def _write_kubeconfig(dest: Path, pki: Path, cred: str, user: str, *,
 # ----------------------------------------------------------------------------------------- processes
 
 
-def _argv(state: Path, name: str) -> list[str]:
+def _apiserver_network_args(state: Path, advertise: str) -> list[str]:
+    """Where the API server listens and what it advertises: loopback only, or (for a node stack, inside its
+    own network namespace) every address, advertising the node's so pods reach it through `kubernetes`."""
+    if advertise == HOST:
+        # 127.0.0.1 is not a valid endpoint for the `kubernetes` Service; nothing in-cluster needs it.
+        return [f"--advertise-address={HOST}", f"--bind-address={HOST}", "--endpoint-reconciler-type=none"]
+    kubelet_client = ensure_client_cert(state, "apiserver-kubelet-client",
+                                        "/O=system:masters/CN=kube-apiserver-kubelet-client")
+    return [
+        f"--advertise-address={advertise}", "--bind-address=0.0.0.0",
+        # kubectl logs / exec: the API server authenticates to the kubelet with this certificate.
+        f"--kubelet-client-certificate={kubelet_client}",
+        f"--kubelet-client-key={kubelet_client.with_suffix('.key')}",
+        "--kubelet-preferred-address-types=InternalIP",
+    ]
+
+
+def _argv(state: Path, name: str, advertise: str = HOST) -> list[str]:
     pki = state / "pki"
     if name == ETCD:
         return [
@@ -372,7 +389,7 @@ def _argv(state: Path, name: str) -> list[str]:
     if name == APISERVER:
         return [
             str(kube_bin_dir() / APISERVER),
-            f"--advertise-address={HOST}", f"--bind-address={HOST}", f"--secure-port={APISERVER_PORT}",
+            *_apiserver_network_args(state, advertise), f"--secure-port={APISERVER_PORT}",
             f"--etcd-servers=http://{HOST}:{ETCD_PORT}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
@@ -381,8 +398,6 @@ def _argv(state: Path, name: str) -> list[str]:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            # 127.0.0.1 is not a valid endpoint for the `kubernetes` Service; nothing in-cluster needs it.
-            "--endpoint-reconciler-type=none",
             f"--cert-dir={state / 'apiserver-certs'}",
             "--profiling=false", "--v=1",
         ]
@@ -464,7 +479,7 @@ def _forget_if_foreign(state: Path, name: str) -> None:
         (state / "pids" / f"{name}.pid").unlink(missing_ok=True)
 
 
-def _ensure_started(state: Path, name: str) -> None:
+def _ensure_started(state: Path, name: str, advertise: str = HOST) -> None:
     _forget_if_foreign(state, name)
     if _proc.is_running(state, name):
         return
@@ -474,7 +489,7 @@ def _ensure_started(state: Path, name: str) -> None:
                 f"error: cannot start {name}: {HOST}:{port} is already in use by a process this stack did not "
                 f"start (no live pid in {state / 'pids' / (name + '.pid')}); stop it or free the port"
             )
-    _proc.start_daemon(state, name, _argv(state, name))
+    _proc.start_daemon(state, name, _argv(state, name, advertise))
 
 
 def _wait(state: Path, name: str, check: Callable[[], bool], timeout: float) -> None:
@@ -482,8 +497,11 @@ def _wait(state: Path, name: str, check: Callable[[], bool], timeout: float) -> 
                      alive=lambda: _proc.is_running(state, name))
 
 
-def up(state: Path) -> dict[str, str]:
-    """Start (or reuse) etcd, kube-apiserver and kube-controller-manager; block until all are ready."""
+def up(state: Path, *, advertise: str = HOST) -> dict[str, str]:
+    """Start (or reuse) etcd, kube-apiserver and kube-controller-manager; block until all are ready.
+
+    `advertise`: the address the API server gives the `kubernetes` Service; not loopback only for a node
+    stack, whose namespace has an address pods can reach (node.py)."""
     state = state.resolve()
     state.mkdir(parents=True, exist_ok=True)
     for binary in (etcd_bin(), kube_bin_dir() / APISERVER, kube_bin_dir() / KCM):
@@ -494,7 +512,7 @@ def up(state: Path) -> dict[str, str]:
         _ensure_started(state, ETCD)
         _wait(state, ETCD, _etcd_ready, 30)
     with _proc.step("kubernetes: kube-apiserver"):
-        _ensure_started(state, APISERVER)
+        _ensure_started(state, APISERVER, advertise)
         _wait(state, APISERVER, lambda: _apiserver_ready(state), 120)
     with _proc.step("kubernetes: kube-controller-manager"):
         _ensure_started(state, KCM)

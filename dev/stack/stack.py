@@ -9,14 +9,22 @@ as plain processes. `up` is idempotent and returns only when everything is ready
 what `up` started.
 
     python3 dev/stack/stack.py install | up | down | status | kafka-stop | kafka-start
+    python3 dev/stack/stack.py node-up | node-down | node-status
 
 `install` only downloads and builds (minutes on a cold machine, nothing when cached): `make pytest` runs it
 first, so no test's timeout is spent compiling the API server.
+
+`node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy and CoreDNS, all inside network and
+mount namespaces it creates (netns.py), state in `build/node-stack/`. The host reaches its API server through
+a loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443); `build/node-stack.env` says how to use it.
+It is separate so that the loopback stack, and every test and session using it, stays exactly as it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import sys
@@ -28,12 +36,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _proc
 import kafka_broker
 import kube
+import netns
+import node
 import spark_operator
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
 STATE = BUILD / "stack"
 ENV_FILE = BUILD / "stack.env"
+NODE_STATE = BUILD / "node-stack"
+NODE_ENV_FILE = BUILD / "node-stack.env"
+FORWARDER = "forward"
 DEFAULT_TELEMETRY_ENDPOINT = "http://127.0.0.1:4318/v1/metrics"
 
 
@@ -51,17 +64,18 @@ def _telemetry_token_file() -> Path:
     return path
 
 
-def _write_env(values: dict[str, str]) -> None:
+def _write_env(values: dict[str, str], path: Path = ENV_FILE) -> None:
     BUILD.mkdir(parents=True, exist_ok=True)
     lines = [f"{key}={value}" for key, value in values.items()]
-    tmp = ENV_FILE.with_suffix(".tmp")
+    tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(ENV_FILE)
+    tmp.replace(path)
 
 
 def install() -> int:
     with _proc.step("install (cached under ~/.cache/kct)"):
         kube.install()
+        node.install()
         kafka_broker.install()
         spark_operator.crds()  # fetched, not installed into the API server: the tests that need them do
     return 0
@@ -114,11 +128,85 @@ def kafka_start() -> int:
     return 0
 
 
+def _node_api_port() -> int:
+    return int(os.environ.get("KCT_NODE_API_PORT", "26443"))
+
+
+def _start_forwarder(holder: int, restart: bool) -> None:
+    """The host's way in: 127.0.0.1:<port> here -> the API server on the node stack's loopback."""
+    if restart:
+        _proc.stop_daemon(NODE_STATE, FORWARDER)
+    if _proc.is_running(NODE_STATE, FORWARDER):
+        return
+    port = _node_api_port()
+    if _proc.port_open("127.0.0.1", port):
+        raise SystemExit(f"error: 127.0.0.1:{port} is in use by another program; set KCT_NODE_API_PORT")
+    _proc.start_daemon(NODE_STATE, FORWARDER, [sys.executable, str(Path(__file__).with_name("forward.py")),
+                                               f"--netns-pid={holder}", f"{port}:127.0.0.1:{kube.APISERVER_PORT}"])
+    _proc.wait_until(lambda: _proc.port_open("127.0.0.1", port), timeout=10, what="forwarder",
+                     log=NODE_STATE / "logs" / f"{FORWARDER}.log",
+                     alive=lambda: _proc.is_running(NODE_STATE, FORWARDER))
+
+
+def node_up() -> int:
+    started = time.monotonic()
+    install()
+    NODE_STATE.mkdir(parents=True, exist_ok=True)
+    holder, new = netns.ensure_holder(NODE_STATE.resolve())
+    env: dict[str, str] = {}
+    with netns.entered(holder):
+        if new:
+            node.setup_namespace(node.NodePaths(NODE_STATE.resolve()))
+        kube.up(NODE_STATE, advertise=node.NODE_IP)
+        env.update(node.up(NODE_STATE))
+    _start_forwarder(holder, restart=new)
+    kubeconfig = NODE_STATE / "kubeconfig-host"
+    kube.write_admin_kubeconfig(kubeconfig, NODE_STATE.resolve(), f"https://127.0.0.1:{_node_api_port()}")
+    env = {"KUBECONFIG": str(kubeconfig.resolve()), **env, "KCT_NODE_NETNS_PID": str(holder),
+           "KCT_NODE_EXEC": " ".join(netns.exec_prefix(holder))}
+    _write_env(env, NODE_ENV_FILE)
+    print(f"node stack is up in {time.monotonic() - started:.1f}s; `source {NODE_ENV_FILE.relative_to(REPO)}`:")
+    for line in node_status_lines():
+        print("  " + line)
+    return 0
+
+
+def node_down() -> int:
+    holder = netns.holder_pid(NODE_STATE)
+    # Inside: the node's cgroup root is removed through the node's own cgroup mounts.
+    with netns.entered(holder) if holder is not None else contextlib.nullcontext():
+        node.down(NODE_STATE)
+        kube.down(NODE_STATE)
+    for name in (FORWARDER, netns.HOLDER):  # the namespaces go with the last process in them
+        _proc.stop_daemon(NODE_STATE, name)
+    NODE_ENV_FILE.unlink(missing_ok=True)
+    print("node stack is down")
+    return 0
+
+
+def node_status_lines() -> list[str]:
+    holder = netns.holder_pid(NODE_STATE)
+    forwarder = _proc.read_pid(NODE_STATE, FORWARDER) if _proc.is_running(NODE_STATE, FORWARDER) else None
+    return [
+        f"{'namespaces':<24} pid {holder or '-':<8} {'running' if holder else 'stopped':<8} net + mount",
+        *kube.status(NODE_STATE), *node.status(NODE_STATE),
+        f"{'forwarder':<24} pid {forwarder or '-':<8} {'running' if forwarder else 'stopped':<8} "
+        f"https://127.0.0.1:{_node_api_port()}",
+    ]
+
+
+def node_status() -> int:
+    for line in node_status_lines():
+        print(line)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = {
         "install": install, "up": up, "down": down, "status": status,
         "kafka-stop": kafka_stop, "kafka-start": kafka_start,
+        "node-up": node_up, "node-down": node_down, "node-status": node_status,
     }
     parser.add_argument("action", choices=list(actions))
     args = parser.parse_args(argv)
