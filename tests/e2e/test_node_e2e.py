@@ -1,0 +1,204 @@
+"""The node stack runs real pods: a Ready node, a Pod with its ServiceAccount token, ClusterIP Services and
+cluster DNS.
+
+Runs against `dev/stack/stack.py node-up` (containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS and their
+own control plane, in namespaces of their own). The workload is the node's `probe` image (a static Go
+program, dev/stack/node-images/probe): a server pod behind a Service, and check pods whose exit status (and
+termination message) say whether a name resolved, a Service answered, the API server accepted the token.
+The host's kubectl reaches the API server through the stack's loopback forwarder; the "host" side of a
+ClusterIP check runs in the node's network namespace, where kube-proxy's rules are (the host's own network
+is never changed). A node stack this module starts is stopped at its end; one already running is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import eventually
+from preconditions import missing_precondition
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = [sys.executable, str(REPO / "dev" / "stack" / "stack.py")]
+NODE_ENV = REPO / "build" / "node-stack.env"
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True)
+class NodeStack:
+    kubeconfig: Path
+    node_name: str
+    probe_image: str
+    probe_binary: Path
+    node_exec: list[str]   # argv prefix: a command in the node's network namespace
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
+                              capture_output=True, text=True, timeout=60, check=False)
+        if check:
+            assert proc.returncode == 0, f"kubectl {' '.join(args)} failed: {proc.stderr}"
+        return proc.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {key: value for key, value in pairs}
+
+
+def _node_stack_running() -> bool:
+    out = subprocess.run([*STACK, "node-status"], capture_output=True, text=True, check=False)
+    return NODE_ENV.exists() and out.returncode == 0 and "stopped" not in out.stdout
+
+
+@pytest.fixture(scope="module")
+def node_stack() -> Iterator[NodeStack]:
+    if os.geteuid() != 0:
+        missing_precondition("the node stack needs root (namespaces, mounts, containerd, iptables)")
+    for tool in ("kubectl", "nsenter", "unshare", "go"):
+        if shutil.which(tool) is None:
+            missing_precondition(f"`{tool}` is not on PATH; the node stack needs it")
+    started = not _node_stack_running()
+    if started:
+        subprocess.run([*STACK, "node-up"], check=True, timeout=900)
+    env = _env_file(NODE_ENV)
+    try:
+        yield NodeStack(kubeconfig=Path(env["KUBECONFIG"]), node_name=env["KCT_NODE_NAME"],
+                        probe_image=env["KCT_NODE_PROBE_IMAGE"], probe_binary=Path(env["KCT_NODE_PROBE_BINARY"]),
+                        node_exec=env["KCT_NODE_EXEC"].split())
+    finally:
+        if started:
+            subprocess.run([*STACK, "node-down"], check=True, timeout=300)
+
+
+@dataclass(frozen=True)
+class Web:
+    namespace: str
+    pod: str
+    service: str
+    cluster_ip: str
+    text: str   # what the server answers, unique per run
+
+
+def _probe_pod(stack: NodeStack, namespace: str, name: str, args: list[str],
+               labels: dict[str, str] | None = None, restart: str = "Never") -> None:
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {
+            "restartPolicy": restart, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "probe", "image": stack.probe_image, "imagePullPolicy": "Never",
+                            "command": ["/probe", *args]}],
+        },
+    }
+    stack.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+
+
+@pytest.fixture(scope="module")
+def web(node_stack: NodeStack) -> Iterator[Web]:
+    """A namespace with a server pod and a ClusterIP Service in front of it; deleted afterwards."""
+    namespace = f"node-e2e-{uuid.uuid4().hex[:8]}"
+    text = f"hello-{uuid.uuid4().hex}"
+    node_stack.kubectl("create", "namespace", namespace)
+    try:
+        _probe_pod(node_stack, namespace, "web", ["serve", ":8080", text], labels={"app": "web"}, restart="Always")
+        service = {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": namespace},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        }
+        node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(service))
+        cluster_ip = node_stack.get("service", "web", "-n", namespace)["spec"]["clusterIP"]
+        yield Web(namespace=namespace, pod="web", service="web", cluster_ip=cluster_ip, text=text)
+    finally:
+        node_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _run_check(stack: NodeStack, web: Web, args: list[str]) -> dict[str, Any]:
+    """A pod running `probe` steps to completion; returns its final state (Succeeded or Failed)."""
+    name = f"check-{uuid.uuid4().hex[:8]}"
+    _probe_pod(stack, web.namespace, name, args)
+
+    def finished() -> dict[str, Any] | None:
+        pod: dict[str, Any] = stack.get("pod", name, "-n", web.namespace)
+        return pod if pod["status"].get("phase") in {"Succeeded", "Failed"} else None
+
+    pod: dict[str, Any] = eventually(finished, timeout=240, what=f"pod {name} to finish", interval=1)
+    return pod
+
+
+def _message(pod: dict[str, Any]) -> str:
+    statuses = pod["status"].get("containerStatuses") or [{}]
+    return str(statuses[0].get("state", {}).get("terminated", {}).get("message", ""))
+
+
+def test_node_is_ready(node_stack: NodeStack) -> None:
+    """Given the node stack is up
+    When the host asks the API server (through the stack's forwarder) for the nodes
+    Then there is exactly the stack's node, and it is Ready."""
+    nodes = node_stack.get("nodes")["items"]
+
+    assert [n["metadata"]["name"] for n in nodes] == [node_stack.node_name]
+    conditions = {c["type"]: c["status"] for c in nodes[0]["status"]["conditions"]}
+    assert conditions["Ready"] == "True"
+
+
+def test_pod_runs_with_its_service_account_token_mounted(node_stack: NodeStack, web: Web) -> None:
+    """Given a server pod on the node
+    When it has been scheduled and started
+    Then it is Running and ready, with the ServiceAccount token volume mounted, and a pod presenting that
+    token to https://kubernetes.default.svc is accepted by the API server."""
+    def running() -> dict[str, Any] | None:
+        pod: dict[str, Any] = node_stack.get("pod", web.pod, "-n", web.namespace)
+        statuses = pod["status"].get("containerStatuses") or []
+        return pod if pod["status"].get("phase") == "Running" and statuses and statuses[0]["ready"] else None
+
+    pod = eventually(running, timeout=240, what="the web pod to run", interval=1)
+    checked = _run_check(node_stack, web, ["api"])
+
+    assert pod["spec"]["nodeName"] == node_stack.node_name
+    mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert SA_MOUNT in mounts
+    assert checked["status"]["phase"] == "Succeeded", _message(checked)
+
+
+def test_cluster_ip_service_answers_from_a_pod(node_stack: NodeStack, web: Web) -> None:
+    """Given the web Service
+    When a pod GETs its ClusterIP
+    Then the server pod's text comes back."""
+    checked = _run_check(node_stack, web, ["get", f"http://{web.cluster_ip}/", web.text])
+
+    assert checked["status"]["phase"] == "Succeeded", _message(checked)
+
+
+def test_cluster_ip_service_answers_from_the_node_host(node_stack: NodeStack, web: Web) -> None:
+    """Given the web Service
+    When a process in the node's host network namespace (outside any pod) GETs its ClusterIP
+    Then the server pod's text comes back."""
+    proc = subprocess.run([*node_stack.node_exec, str(node_stack.probe_binary), "get",
+                           f"http://{web.cluster_ip}/", web.text],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_service_name_resolves_in_a_pod(node_stack: NodeStack, web: Web) -> None:
+    """Given the web Service and the node's cluster DNS
+    When a pod looks up `web.<namespace>.svc` and GETs it by that name
+    Then the name resolves and the server pod's text comes back."""
+    name = f"{web.service}.{web.namespace}.svc"
+    checked = _run_check(node_stack, web, ["lookup", name, "--", "get", f"http://{name}/", web.text])
+
+    assert checked["status"]["phase"] == "Succeeded", _message(checked)
