@@ -19,6 +19,7 @@ namespaces entered, so every process it starts lives there. What this machine ki
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import hashlib
 import json
@@ -51,6 +52,7 @@ __all__ = [
     "install",
     "kube_proxy_config",
     "kubelet_config",
+    "load_image",
     "setup_namespace",
     "status",
     "up",
@@ -369,9 +371,13 @@ def _kubectl(state: Path, *args: str, stdin: str | None = None) -> str:
     return proc.stdout
 
 
-def _node_ready(state: Path) -> bool:
-    jsonpath = '{.status.conditions[?(@.type=="Ready")].status}'
-    return _kubectl(state, "get", "node", NODE_NAME, "-o", f"jsonpath={jsonpath}").strip() == "True"
+def _node_ready(state: Path, since: float) -> bool:
+    """Ready, as reported by this kubelet: the Node object outlives a restart (it is in etcd) with the Ready
+    condition of the previous run, so a heartbeat from before `since` (this kubelet's start) does not count."""
+    node = json.loads(_kubectl(state, "get", "node", NODE_NAME, "-o", "json"))
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    beat = calendar.timegm(time.strptime(ready["lastHeartbeatTime"], "%Y-%m-%dT%H:%M:%SZ"))
+    return bool(ready["status"] == "True" and beat >= int(since))
 
 
 def _start(paths: NodePaths, name: str, sandbox_image: str, ready: Callable[[], bool], timeout: float) -> None:
@@ -382,12 +388,18 @@ def _start(paths: NodePaths, name: str, sandbox_image: str, ready: Callable[[], 
                          alive=lambda: _proc.is_running(paths.state, name))
 
 
+def load_image(state: Path, archive: Path, reference: str) -> None:
+    """Import an image archive (OCI layout or docker-archive) into the node's containerd, unless present.
+    Called with the node stack's namespaces entered."""
+    paths = NodePaths(state.resolve())
+    if reference not in set(_ctr(paths, "images", "list", "--quiet").split()):
+        with _proc.step(f"node: import {reference}"):
+            _ctr(paths, "images", "import", str(archive))
+
+
 def _import_images(paths: NodePaths, images: dict[str, node_images.NodeImage]) -> None:
-    present = set(_ctr(paths, "images", "list", "--quiet").split())
     for image in images.values():
-        if image.reference not in present:
-            with _proc.step(f"node: import {image.reference}"):
-                _ctr(paths, "images", "import", str(image.archive))
+        load_image(paths.state, image.archive, image.reference)
 
 
 def up(state: Path) -> dict[str, str]:
@@ -399,7 +411,8 @@ def up(state: Path) -> dict[str, str]:
     _start(paths, CONTAINERD, pause, lambda: bool(_ctr(paths, "version")), 30)
     _import_images(paths, images)
     _start(paths, SCHEDULER, pause, lambda: _http_ok(f"https://127.0.0.1:{SCHEDULER_PORT}/healthz"), 60)
-    _start(paths, KUBELET, pause, lambda: _node_ready(paths.state), 120)
+    since = time.time()
+    _start(paths, KUBELET, pause, lambda: _node_ready(paths.state, since), 120)
     _start(paths, PROXY, pause, lambda: _http_ok(f"http://127.0.0.1:{PROXY_HEALTHZ_PORT}/healthz"), 60)
     _kubectl(paths.state, "apply", "--server-side", "-f", "-",
              stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": dns_objects()}))

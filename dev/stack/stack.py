@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import os
 import secrets
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -148,6 +149,17 @@ def _start_forwarder(holder: int, restart: bool) -> None:
                      alive=lambda: _proc.is_running(NODE_STATE, FORWARDER))
 
 
+def _runtime_image() -> tuple[Path, str] | None:
+    """The archive and reference of our runtime image (`make images`) for the current sources, if built.
+    Asked of images.py in a subprocess: it owns the image key, and the stack stays independent of it."""
+    out = subprocess.run([sys.executable, str(REPO / "dev" / "images" / "images.py"), "plan", "kct"],
+                         capture_output=True, text=True, check=False)
+    archive, _, reference = out.stdout.strip().partition("\t")
+    if out.returncode != 0 or not reference or not Path(archive).is_file():
+        return None
+    return Path(archive), reference
+
+
 def node_up() -> int:
     started = time.monotonic()
     install()
@@ -159,6 +171,12 @@ def node_up() -> int:
             node.setup_namespace(node.NodePaths(NODE_STATE.resolve()))
         kube.up(NODE_STATE, advertise=node.NODE_IP)
         env.update(node.up(NODE_STATE))
+        runtime = _runtime_image()
+        if runtime is None:
+            print("note: no runtime image for these sources (`make images`): pods cannot run kct yet", flush=True)
+        else:
+            node.load_image(NODE_STATE, *runtime)
+            env["KCT_NODE_KCT_IMAGE"] = runtime[1]
     _start_forwarder(holder, restart=new)
     kubeconfig = NODE_STATE / "kubeconfig-host"
     kube.write_admin_kubeconfig(kubeconfig, NODE_STATE.resolve(), f"https://127.0.0.1:{_node_api_port()}")

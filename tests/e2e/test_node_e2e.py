@@ -42,6 +42,7 @@ class NodeStack:
     probe_image: str
     probe_binary: Path
     node_exec: list[str]   # argv prefix: a command in the node's network namespace
+    kct_image: str | None  # our runtime image (`make images`), imported by node-up when it was built
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
@@ -78,7 +79,7 @@ def node_stack() -> Iterator[NodeStack]:
     try:
         yield NodeStack(kubeconfig=Path(env["KUBECONFIG"]), node_name=env["KCT_NODE_NAME"],
                         probe_image=env["KCT_NODE_PROBE_IMAGE"], probe_binary=Path(env["KCT_NODE_PROBE_BINARY"]),
-                        node_exec=env["KCT_NODE_EXEC"].split())
+                        node_exec=env["KCT_NODE_EXEC"].split(), kct_image=env.get("KCT_NODE_KCT_IMAGE"))
     finally:
         if started:
             subprocess.run([*STACK, "node-down"], check=True, timeout=300)
@@ -202,3 +203,82 @@ def test_service_name_resolves_in_a_pod(node_stack: NodeStack, web: Web) -> None
     checked = _run_check(node_stack, web, ["lookup", name, "--", "get", f"http://{name}/", web.text])
 
     assert checked["status"]["phase"] == "Succeeded", _message(checked)
+
+
+RECEIVER_CONFIG = """\
+listen: {host: 0.0.0.0, port: 4318}
+auth: {bearerTokenFile: /etc/kct/token/token}
+kafka: {bootstrapServers: "127.0.0.1:9"}
+"""
+
+# From the node's host namespace: /healthz, then a push without the token and one with a wrong token.
+_RECEIVER_CALLS = """
+import sys, urllib.request, urllib.error
+base = sys.argv[1]
+def status(request):
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+def push(headers):
+    return urllib.request.Request(base + "/v1/metrics", data=b"", method="POST",
+                                  headers={"Content-Type": "application/x-protobuf", **headers})
+print(status(base + "/healthz")[0], status(push({}))[0], status(push({"Authorization": "Bearer wrong"}))[0])
+"""
+
+
+def _receiver_objects(namespace: str, image: str, token: str) -> list[dict[str, Any]]:
+    """A receiver pod as the operator renders one: non-root, read-only root filesystem, token from a Secret."""
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "receiver-token", "namespace": namespace},
+         "stringData": {"token": token}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "receiver", "namespace": namespace},
+         "data": {"receiver.yaml": RECEIVER_CONFIG}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "receiver", "namespace": namespace},
+         "spec": {
+             "automountServiceAccountToken": False,
+             "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                                 "seccompProfile": {"type": "RuntimeDefault"}},
+             "containers": [{
+                 "name": "receiver", "image": image, "imagePullPolicy": "Never",
+                 "command": ["kct"], "args": ["receiver", "--config", "/etc/kct/receiver/receiver.yaml"],
+                 "ports": [{"name": "http-otlp", "containerPort": 4318}],
+                 "startupProbe": {"httpGet": {"path": "/healthz", "port": "http-otlp"}, "periodSeconds": 2,
+                                  "failureThreshold": 60},
+                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                     "capabilities": {"drop": ["ALL"]}},
+                 "volumeMounts": [{"name": "config", "mountPath": "/etc/kct/receiver", "readOnly": True},
+                                  {"name": "tmp", "mountPath": "/tmp"},
+                                  {"name": "token", "mountPath": "/etc/kct/token", "readOnly": True}],
+             }],
+             "volumes": [{"name": "config", "configMap": {"name": "receiver"}}, {"name": "tmp", "emptyDir": {}},
+                         {"name": "token", "secret": {"secretName": "receiver-token", "defaultMode": 0o440}}],
+         }},
+    ]
+
+
+def test_receiver_pod_runs_from_the_runtime_image(node_stack: NodeStack, web: Web) -> None:
+    """Given our runtime image (built from the Dockerfile by `make images`) imported into the node
+    When a receiver pod runs it as the operator renders one (uid 10001, read-only root filesystem)
+    Then the container starts (its startup probe on /healthz passes), and from the node's host namespace
+    /healthz answers 200 while pushes without the token, or with a wrong one, are refused with 401."""
+    if node_stack.kct_image is None:
+        missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
+    token = uuid.uuid4().hex
+    node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": _receiver_objects(web.namespace, node_stack.kct_image, token)}))
+
+    def started() -> dict[str, Any] | None:
+        pod: dict[str, Any] = node_stack.get("pod", "receiver", "-n", web.namespace)
+        statuses = pod["status"].get("containerStatuses") or []
+        return pod if statuses and statuses[0].get("started") else None
+
+    pod = eventually(started, timeout=240, what="the receiver container to start", interval=1)
+    calls = subprocess.run([*node_stack.node_exec, sys.executable, "-c", _RECEIVER_CALLS,
+                            f"http://{pod['status']['podIP']}:4318"],
+                           capture_output=True, text=True, timeout=60, check=False)
+
+    assert pod["status"]["containerStatuses"][0]["image"] == node_stack.kct_image
+    assert calls.returncode == 0, calls.stderr
+    assert calls.stdout.split() == ["200", "401", "401"]
