@@ -55,11 +55,11 @@ def _telemetry_endpoint() -> str:
     return os.environ.get("KCT_TELEMETRY_ENDPOINT", DEFAULT_TELEMETRY_ENDPOINT)
 
 
-def _telemetry_token_file() -> Path:
+def _telemetry_token_file(state: Path = STATE) -> Path:
     """The bearer token the broker plugin sends and the receiver expects, made once per stack."""
-    path = STATE / "telemetry-token"
+    path = state / "telemetry-token"
     if not path.exists():
-        STATE.mkdir(parents=True, exist_ok=True)
+        state.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_hex(24) + "\n")
         path.chmod(0o600)
     return path
@@ -133,17 +133,29 @@ def _node_api_port() -> int:
     return int(os.environ.get("KCT_NODE_API_PORT", "26443"))
 
 
+def _node_kafka_port() -> int:
+    """The node stack's broker listens and advertises 127.0.0.1:<this> inside its namespace, and the forwarder
+    serves the same port on the host, so host clients follow the advertised address back to the forwarder.
+    Not 19092: the loopback stack's broker may hold that one on the host."""
+    return int(os.environ.get("KCT_NODE_KAFKA_PORT", "29092"))
+
+
+NODE_KAFKA_POD_PORT = 19094
+
+
 def _start_forwarder(holder: int, restart: bool) -> None:
-    """The host's way in: 127.0.0.1:<port> here -> the API server on the node stack's loopback."""
+    """The host's way in: 127.0.0.1:<port> here -> the API server and Kafka on the node stack's loopback."""
     if restart:
         _proc.stop_daemon(NODE_STATE, FORWARDER)
     if _proc.is_running(NODE_STATE, FORWARDER):
         return
-    port = _node_api_port()
-    if _proc.port_open("127.0.0.1", port):
-        raise SystemExit(f"error: 127.0.0.1:{port} is in use by another program; set KCT_NODE_API_PORT")
+    port, kafka = _node_api_port(), _node_kafka_port()
+    for taken in (p for p in (port, kafka) if _proc.port_open("127.0.0.1", p)):
+        raise SystemExit(f"error: 127.0.0.1:{taken} is in use by another program; set KCT_NODE_API_PORT or "
+                         "KCT_NODE_KAFKA_PORT")
     _proc.start_daemon(NODE_STATE, FORWARDER, [sys.executable, str(Path(__file__).with_name("forward.py")),
-                                               f"--netns-pid={holder}", f"{port}:127.0.0.1:{kube.APISERVER_PORT}"])
+                                               f"--netns-pid={holder}", f"{port}:127.0.0.1:{kube.APISERVER_PORT}",
+                                               f"{kafka}:127.0.0.1:{kafka}"])
     _proc.wait_until(lambda: _proc.port_open("127.0.0.1", port), timeout=10, what="forwarder",
                      log=NODE_STATE / "logs" / f"{FORWARDER}.log",
                      alive=lambda: _proc.is_running(NODE_STATE, FORWARDER))
@@ -171,6 +183,9 @@ def node_up() -> int:
             node.setup_namespace(node.NodePaths(NODE_STATE.resolve()))
         kube.up(NODE_STATE, advertise=node.NODE_IP)
         env.update(node.up(NODE_STATE))
+        kafka_broker.up(NODE_STATE, _telemetry_endpoint(), token_file=_telemetry_token_file(NODE_STATE),
+                        port=_node_kafka_port(), controller_port=_node_kafka_port() + 1,
+                        pod_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}")
         runtime = _runtime_image()
         if runtime is None:
             print("note: no runtime image for these sources (`make images`): pods cannot run kct yet", flush=True)
@@ -180,7 +195,10 @@ def node_up() -> int:
     _start_forwarder(holder, restart=new)
     kubeconfig = NODE_STATE / "kubeconfig-host"
     kube.write_admin_kubeconfig(kubeconfig, NODE_STATE.resolve(), f"https://127.0.0.1:{_node_api_port()}")
-    env = {"KUBECONFIG": str(kubeconfig.resolve()), **env, "KCT_NODE_NETNS_PID": str(holder),
+    env = {"KUBECONFIG": str(kubeconfig.resolve()), "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{_node_kafka_port()}",
+           "KCT_NODE_KAFKA_POD_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}",
+           "KCT_RECEIVER_TOKEN_FILE": str(_telemetry_token_file(NODE_STATE).resolve()),
+           **env, "KCT_NODE_NETNS_PID": str(holder),
            "KCT_NODE_EXEC": " ".join(netns.exec_prefix(holder))}
     _write_env(env, NODE_ENV_FILE)
     print(f"node stack is up in {time.monotonic() - started:.1f}s; `source {NODE_ENV_FILE.relative_to(REPO)}`:")
@@ -193,6 +211,7 @@ def node_down() -> int:
     holder = netns.holder_pid(NODE_STATE)
     # Inside: the node's cgroup root is removed through the node's own cgroup mounts.
     with netns.entered(holder) if holder is not None else contextlib.nullcontext():
+        kafka_broker.down(NODE_STATE)
         node.down(NODE_STATE)
         kube.down(NODE_STATE)
     for name in (FORWARDER, netns.HOLDER):  # the namespaces go with the last process in them
@@ -208,6 +227,7 @@ def node_status_lines() -> list[str]:
     return [
         f"{'namespaces':<24} pid {holder or '-':<8} {'running' if holder else 'stopped':<8} net + mount",
         *kube.status(NODE_STATE), *node.status(NODE_STATE),
+        *kafka_broker.status(NODE_STATE, port=_node_kafka_port()),
         f"{'forwarder':<24} pid {forwarder or '-':<8} {'running' if forwarder else 'stopped':<8} "
         f"https://127.0.0.1:{_node_api_port()}",
     ]

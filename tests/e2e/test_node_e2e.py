@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from helpers import eventually
-from preconditions import missing_precondition
+from preconditions import missing_precondition, require_module
 
 pytestmark = pytest.mark.e2e
 
@@ -43,6 +43,8 @@ class NodeStack:
     probe_binary: Path
     node_exec: list[str]   # argv prefix: a command in the node's network namespace
     kct_image: str | None  # our runtime image (`make images`), imported by node-up when it was built
+    kafka_bootstrap: str       # the node stack's broker from the host (through the forwarder)
+    kafka_pod_bootstrap: str   # ... and from pods (its listener on the node's address)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
@@ -79,7 +81,9 @@ def node_stack() -> Iterator[NodeStack]:
     try:
         yield NodeStack(kubeconfig=Path(env["KUBECONFIG"]), node_name=env["KCT_NODE_NAME"],
                         probe_image=env["KCT_NODE_PROBE_IMAGE"], probe_binary=Path(env["KCT_NODE_PROBE_BINARY"]),
-                        node_exec=env["KCT_NODE_EXEC"].split(), kct_image=env.get("KCT_NODE_KCT_IMAGE"))
+                        node_exec=env["KCT_NODE_EXEC"].split(), kct_image=env.get("KCT_NODE_KCT_IMAGE"),
+                        kafka_bootstrap=env["KAFKA_BOOTSTRAP_SERVERS"],
+                        kafka_pod_bootstrap=env["KCT_NODE_KAFKA_POD_BOOTSTRAP"])
     finally:
         if started:
             subprocess.run([*STACK, "node-down"], check=True, timeout=300)
@@ -208,7 +212,7 @@ def test_service_name_resolves_in_a_pod(node_stack: NodeStack, web: Web) -> None
 RECEIVER_CONFIG = """\
 listen: {host: 0.0.0.0, port: 4318}
 auth: {bearerTokenFile: /etc/kct/token/token}
-kafka: {bootstrapServers: "127.0.0.1:9"}
+kafka: {bootstrapServers: "%s"}
 """
 
 # From the node's host namespace: /healthz, then a push without the token and one with a wrong token.
@@ -224,17 +228,18 @@ def status(request):
 def push(headers):
     return urllib.request.Request(base + "/v1/metrics", data=b"", method="POST",
                                   headers={"Content-Type": "application/x-protobuf", **headers})
-print(status(base + "/healthz")[0], status(push({}))[0], status(push({"Authorization": "Bearer wrong"}))[0])
+print(status(base + "/healthz")[0], status(base + "/readyz")[0], status(push({}))[0],
+      status(push({"Authorization": "Bearer wrong"}))[0])
 """
 
 
-def _receiver_objects(namespace: str, image: str, token: str) -> list[dict[str, Any]]:
+def _receiver_objects(namespace: str, image: str, token: str, bootstrap: str) -> list[dict[str, Any]]:
     """A receiver pod as the operator renders one: non-root, read-only root filesystem, token from a Secret."""
     return [
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "receiver-token", "namespace": namespace},
          "stringData": {"token": token}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "receiver", "namespace": namespace},
-         "data": {"receiver.yaml": RECEIVER_CONFIG}},
+         "data": {"receiver.yaml": RECEIVER_CONFIG % bootstrap}},
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "receiver", "namespace": namespace},
          "spec": {
              "automountServiceAccountToken": False,
@@ -246,6 +251,7 @@ def _receiver_objects(namespace: str, image: str, token: str) -> list[dict[str, 
                  "ports": [{"name": "http-otlp", "containerPort": 4318}],
                  "startupProbe": {"httpGet": {"path": "/healthz", "port": "http-otlp"}, "periodSeconds": 2,
                                   "failureThreshold": 60},
+                 "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http-otlp"}, "periodSeconds": 2},
                  "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                      "capabilities": {"drop": ["ALL"]}},
                  "volumeMounts": [{"name": "config", "mountPath": "/etc/kct/receiver", "readOnly": True},
@@ -260,25 +266,39 @@ def _receiver_objects(namespace: str, image: str, token: str) -> list[dict[str, 
 
 def test_receiver_pod_runs_from_the_runtime_image(node_stack: NodeStack, web: Web) -> None:
     """Given our runtime image (built from the Dockerfile by `make images`) imported into the node
-    When a receiver pod runs it as the operator renders one (uid 10001, read-only root filesystem)
-    Then the container starts (its startup probe on /healthz passes), and from the node's host namespace
-    /healthz answers 200 while pushes without the token, or with a wrong one, are refused with 401."""
+    When a receiver pod runs it as the operator renders one (uid 10001, read-only root filesystem), with the
+    node stack's Kafka on the node's address as its sink
+    Then the pod becomes Ready (its /readyz says Kafka answers), and from the node's host namespace /healthz
+    and /readyz answer 200 while pushes without the token, or with a wrong one, are refused with 401."""
     if node_stack.kct_image is None:
         missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
     token = uuid.uuid4().hex
     node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": _receiver_objects(web.namespace, node_stack.kct_image, token)}))
+        {"apiVersion": "v1", "kind": "List",
+         "items": _receiver_objects(web.namespace, node_stack.kct_image, token, node_stack.kafka_pod_bootstrap)}))
 
-    def started() -> dict[str, Any] | None:
+    def ready() -> dict[str, Any] | None:
         pod: dict[str, Any] = node_stack.get("pod", "receiver", "-n", web.namespace)
         statuses = pod["status"].get("containerStatuses") or []
-        return pod if statuses and statuses[0].get("started") else None
+        return pod if statuses and statuses[0].get("ready") else None
 
-    pod = eventually(started, timeout=240, what="the receiver container to start", interval=1)
+    pod = eventually(ready, timeout=240, what="the receiver pod to be Ready", interval=1)
     calls = subprocess.run([*node_stack.node_exec, sys.executable, "-c", _RECEIVER_CALLS,
                             f"http://{pod['status']['podIP']}:4318"],
                            capture_output=True, text=True, timeout=60, check=False)
 
     assert pod["status"]["containerStatuses"][0]["image"] == node_stack.kct_image
     assert calls.returncode == 0, calls.stderr
-    assert calls.stdout.split() == ["200", "401", "401"]
+    assert calls.stdout.split() == ["200", "200", "401", "401"]
+
+
+def test_kafka_answers_the_host_through_the_forwarder(node_stack: NodeStack) -> None:
+    """Given the node stack's broker (inside its namespace)
+    When a client on the host bootstraps from KAFKA_BOOTSTRAP_SERVERS
+    Then it gets the cluster's metadata, whose one broker is that same host address (the forwarder)."""
+    admin_module = require_module("confluent_kafka.admin", "the host's Kafka client")
+    admin = admin_module.AdminClient({"bootstrap.servers": node_stack.kafka_bootstrap})
+
+    metadata = admin.list_topics(timeout=30)
+
+    assert [f"{b.host}:{b.port}" for b in metadata.brokers.values()] == [node_stack.kafka_bootstrap]
