@@ -15,9 +15,10 @@ what `up` started.
 first, so no test's timeout is spent compiling the API server.
 
 `node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy and CoreDNS, all inside network and
-mount namespaces it creates (netns.py), state in `build/node-stack/`. The host reaches its API server through
-a loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443); `build/node-stack.env` says how to use it.
+kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS and Kafka, all inside network
+and mount namespaces it creates (netns.py), state in `build/node-stack/`. The host reaches its API server and
+Kafka through a loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443) and :$KCT_NODE_KAFKA_PORT (29092);
+pods reach Kafka on the node's address; `build/node-stack.env` says how to use it.
 It is separate so that the loopback stack, and every test and session using it, stays exactly as it is.
 """
 
