@@ -75,10 +75,10 @@ def node_stack() -> Iterator[NodeStack]:
         if shutil.which(tool) is None:
             missing_precondition(f"`{tool}` is not on PATH; the node stack needs it")
     started = not _node_stack_running()
-    if started:
-        subprocess.run([*STACK, "node-up"], check=True, timeout=900)
-    env = _env_file(NODE_ENV)
     try:
+        if started:
+            subprocess.run([*STACK, "node-up"], check=True, timeout=900)
+        env = _env_file(NODE_ENV)
         yield NodeStack(kubeconfig=Path(env["KUBECONFIG"]), node_name=env["KCT_NODE_NAME"],
                         probe_image=env["KCT_NODE_PROBE_IMAGE"], probe_binary=Path(env["KCT_NODE_PROBE_BINARY"]),
                         node_exec=env["KCT_NODE_EXEC"].split(), kct_image=env.get("KCT_NODE_KCT_IMAGE"),

@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "stack"))
+import kafka_broker
 import node
 import node_images
 
@@ -110,3 +111,21 @@ def test_cluster_dns_service_points_at_coredns_on_the_node() -> None:
                                     "nodeName": node.NODE_NAME}]
     assert {p["protocol"] for p in slice_["ports"]} == {"UDP", "TCP"}  # type: ignore[attr-defined]
     assert f"bind {node.NODE_IP}" in node.corefile(Path("/kc"))
+
+
+def test_broker_for_a_node_stack_has_a_listener_for_pods_advertised_as_such() -> None:
+    """Given a pod listener on the node's address
+    When the broker's properties are written
+    Then it listens and advertises there as well as on loopback, and without one the loopback stack's
+    properties are exactly what they were (a changed file would restart a running broker)."""
+    def props(pod_listener: str | None) -> dict[str, str]:
+        text = kafka_broker._server_properties(Path("/d"), "http://e", 29092, 29093, True, None, pod_listener)
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+    with_pods, without = props("10.250.0.2:19094"), props(None)
+
+    assert with_pods["advertised.listeners"] == "PLAINTEXT://127.0.0.1:29092,PODS://10.250.0.2:19094"
+    assert with_pods["listeners"].endswith(",PODS://10.250.0.2:19094")
+    assert "PODS:PLAINTEXT" in with_pods["listener.security.protocol.map"].split(",")
+    assert without["advertised.listeners"] == "PLAINTEXT://127.0.0.1:29092"
+    assert without["listener.security.protocol.map"] == "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
