@@ -411,7 +411,8 @@ def up(state: Path) -> dict[str, str]:
     _start(paths, CONTAINERD, pause, lambda: bool(_ctr(paths, "version")), 30)
     _import_images(paths, images)
     _start(paths, SCHEDULER, pause, lambda: _http_ok(f"https://127.0.0.1:{SCHEDULER_PORT}/healthz"), 60)
-    since = time.time()
+    # A kubelet started now posts a fresh status at once; one already running is taken as it reports.
+    since = 0.0 if _proc.is_running(paths.state, KUBELET) else time.time()
     _start(paths, KUBELET, pause, lambda: _node_ready(paths.state, since), 120)
     _start(paths, PROXY, pause, lambda: _http_ok(f"http://127.0.0.1:{PROXY_HEALTHZ_PORT}/healthz"), 60)
     _kubectl(paths.state, "apply", "--server-side", "-f", "-",

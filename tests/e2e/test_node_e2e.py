@@ -302,3 +302,20 @@ def test_kafka_answers_the_host_through_the_forwarder(node_stack: NodeStack) -> 
     metadata = admin.list_topics(timeout=30)
 
     assert [f"{b.host}:{b.port}" for b in metadata.brokers.values()] == [node_stack.kafka_bootstrap]
+
+
+def test_the_hosts_network_is_untouched(node_stack: NodeStack) -> None:
+    """Given the node stack is up (its bridge, veth, routes and kube-proxy rules exist in its namespace)
+    When the host's own network namespace is inspected
+    Then none of them is there: no node device, no route to the pod, Service or node networks, no
+    kube-proxy chain (the host reaches the stack only through the loopback forwarder)."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False).stdout
+    inside = subprocess.run([*node_stack.node_exec, "ip", "-o", "link"], capture_output=True, text=True,
+                            check=True).stdout
+
+    assert "kct-br0" in inside and "kct-node0" in inside  # what the host must not have
+    assert "kct-br0" not in links and "kct-node0" not in links
+    assert not [r for r in routes.splitlines() if r.startswith(("10.244.", "10.96.", "10.250."))]
+    assert "KUBE-" not in rules
