@@ -135,6 +135,8 @@ def containerd_config(paths: NodePaths, sandbox_image: str) -> str:
         '"io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]',
         "[grpc]", f'  address = "{paths.containerd_socket}"',
         "[ttrpc]", f'  address = "{paths.containerd_socket}.ttrpc"',
+        # Its `opt` plugin would otherwise create /opt/containerd on the host.
+        '[plugins."io.containerd.internal.v1.opt"]', f'  path = "{paths.base / "containerd" / "opt"}"',
         f"[{cri}]",
         f'  sandbox_image = "{sandbox_image}"',
         "  restrict_oom_score_adj = true",
@@ -285,9 +287,23 @@ def _mount_sys() -> None:
         _sh("mount", "-t", "cgroup", "-o", options, "cgroup", f"/sys/fs/cgroup/{name}")
 
 
+def _private_host_paths(paths: NodePaths) -> None:
+    """Where containerd, CNI and kubelet write outside their configured directories, give them the node's own:
+    /run (containerd's netns files in /run/netns, shim sockets, runc state) and /var/lib (kubelet's
+    device-plugins socket, libcni's cache) become fresh tmpfs, gone with the namespace; /var/log (pod logs)
+    is a directory of the node's state, kept for reading after `node-down`. Nothing the node's processes
+    read lives under the host's /run or /var/lib (configuration is in /etc and the node's state)."""
+    for target in ("/run", "/var/lib"):
+        _sh("mount", "-t", "tmpfs", "-o", "mode=755", "kct-node", target)
+    logs = paths.base / "var-log"
+    logs.mkdir(parents=True, exist_ok=True)
+    _sh("mount", "--bind", str(logs), "/var/log")
+
+
 def setup_namespace(paths: NodePaths) -> None:
     """Once per new holder, from inside its namespaces: loopback, the veth with the node's address, a
-    default route (so Service addresses are routable, to be DNATed), /sys, sysctl copies, the cgroup root."""
+    default route (so Service addresses are routable, to be DNATed), /sys, private /run, /var/lib and
+    /var/log, sysctl copies, the cgroup root."""
     _sh("ip", "link", "set", "lo", "up")
     _sh("ip", "link", "add", VETH, "type", "veth", "peer", "name", VETH_PEER)
     _sh("ip", "addr", "add", f"{NODE_IP}/{NODE_PREFIX}", "dev", VETH)
@@ -295,6 +311,7 @@ def setup_namespace(paths: NodePaths) -> None:
     _sh("ip", "link", "set", VETH, "up")
     _sh("ip", "route", "add", "default", "dev", VETH)
     _mount_sys()
+    _private_host_paths(paths)
     copies = paths.base / "sysctl"
     copies.mkdir(parents=True, exist_ok=True)
     for name in KUBELET_SYSCTLS:

@@ -9,6 +9,7 @@ import io
 import json
 import sys
 import tarfile
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "stack"))
@@ -63,15 +64,19 @@ def test_oci_archive_is_reproducible() -> None:
 def test_containerd_config_has_what_this_machine_kind_needs() -> None:
     """Given the node's paths
     When containerd's configuration is built
-    Then CRI restricts oom_score_adj, runs runc with cgroupfs, uses the local pause image, and keeps its
-    root, state, socket and CNI configuration under the node's state."""
-    config = node.containerd_config(PATHS, "kct.dev/pause:k")
+    Then it is valid TOML in which CRI restricts oom_score_adj, runs runc with cgroupfs, uses the local pause
+    image, and root, state, socket, `opt` and the CNI configuration are all under the node's state."""
+    config = tomllib.loads(node.containerd_config(PATHS, "kct.dev/pause:k"))
 
-    assert "restrict_oom_score_adj = true" in config
-    assert "SystemdCgroup = false" in config
-    assert 'sandbox_image = "kct.dev/pause:k"' in config
-    for path in (PATHS.containerd_socket, PATHS.cni_conf_dir, PATHS.base / "containerd" / "root"):
-        assert f'"{path}"' in config
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["sandbox_image"] == "kct.dev/pause:k"
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+    assert cri["cni"] == {"bin_dir": node.CNI_BIN, "conf_dir": str(PATHS.cni_conf_dir), "max_conf_num": 1}
+    owned = [config["root"], config["state"], config["grpc"]["address"],
+             config["plugins"]["io.containerd.internal.v1.opt"]["path"]]
+    assert all(Path(p).is_relative_to(PATHS.base) for p in owned)
+    assert "io.containerd.snapshotter.v1.btrfs" in config["disabled_plugins"]
 
 
 def test_kubelet_config_runs_on_cgroup_v1_without_systemd_under_its_own_cgroup_root() -> None:
