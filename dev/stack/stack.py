@@ -173,6 +173,17 @@ def _runtime_image() -> tuple[Path, str] | None:
     return Path(archive), reference
 
 
+def _node_exec_script(holder: int) -> Path:
+    """`build/node-stack/node-exec CMD...`: CMD in the node's namespaces (one word, so the env file stays
+    sourceable and `$KCT_NODE_EXEC curl ...` works in a shell)."""
+    script = NODE_STATE / "node-exec"
+    argv = " ".join(netns.exec_prefix(holder))
+    script.write_text(f"#!/bin/sh\n# in the node stack's network and mount namespaces (holder pid {holder})\n"
+                      f'exec {argv} "$@"\n')
+    script.chmod(0o755)
+    return script.resolve()
+
+
 def node_up() -> int:
     started = time.monotonic()
     install()
@@ -199,8 +210,7 @@ def node_up() -> int:
     env = {"KUBECONFIG": str(kubeconfig.resolve()), "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{_node_kafka_port()}",
            "KCT_NODE_KAFKA_POD_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}",
            "KCT_RECEIVER_TOKEN_FILE": str(_telemetry_token_file(NODE_STATE).resolve()),
-           **env, "KCT_NODE_NETNS_PID": str(holder),
-           "KCT_NODE_EXEC": " ".join(netns.exec_prefix(holder))}
+           **env, "KCT_NODE_NETNS_PID": str(holder), "KCT_NODE_EXEC": str(_node_exec_script(holder))}
     _write_env(env, NODE_ENV_FILE)
     print(f"node stack is up in {time.monotonic() - started:.1f}s; `source {NODE_ENV_FILE.relative_to(REPO)}`:")
     for line in node_status_lines():

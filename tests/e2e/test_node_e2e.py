@@ -1,5 +1,5 @@
-"""The node stack runs real pods: a Ready node, a Pod with its ServiceAccount token, ClusterIP Services and
-cluster DNS.
+"""The node stack runs real pods: a Ready node, a Pod with its ServiceAccount token, ClusterIP Services,
+cluster DNS, our runtime image, and the operator installed with Helm whose TelemetryReceiver gets real pods.
 
 Runs against `dev/stack/stack.py node-up` (containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS and their
 own control plane, in namespaces of their own). The workload is the node's `probe` image (a static Go
@@ -81,7 +81,7 @@ def node_stack() -> Iterator[NodeStack]:
         env = _env_file(NODE_ENV)
         yield NodeStack(kubeconfig=Path(env["KUBECONFIG"]), node_name=env["KCT_NODE_NAME"],
                         probe_image=env["KCT_NODE_PROBE_IMAGE"], probe_binary=Path(env["KCT_NODE_PROBE_BINARY"]),
-                        node_exec=env["KCT_NODE_EXEC"].split(), kct_image=env.get("KCT_NODE_KCT_IMAGE"),
+                        node_exec=[env["KCT_NODE_EXEC"]], kct_image=env.get("KCT_NODE_KCT_IMAGE"),
                         kafka_bootstrap=env["KAFKA_BOOTSTRAP_SERVERS"],
                         kafka_pod_bootstrap=env["KCT_NODE_KAFKA_POD_BOOTSTRAP"])
     finally:
@@ -319,3 +319,97 @@ def test_the_hosts_network_is_untouched(node_stack: NodeStack) -> None:
     assert "kct-br0" not in links and "kct-node0" not in links
     assert not [r for r in routes.splitlines() if r.startswith(("10.244.", "10.96.", "10.250."))]
     assert "KUBE-" not in rules
+
+
+CHART = REPO / "helm" / "kct"
+TOOLS = REPO / "dev" / "tools" / "tools.py"
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    helm: list[str]   # argv prefix: helm with the node stack's kubeconfig
+
+
+@pytest.fixture(scope="module")
+def operator_release(node_stack: NodeStack) -> Iterator[Release]:
+    """The chart installed as users do, with our runtime image (never pulled); uninstalled afterwards."""
+    if node_stack.kct_image is None:
+        missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
+    out = subprocess.run([sys.executable, str(TOOLS), "path", "helm"], capture_output=True, text=True,
+                         timeout=1200, check=True)
+    helm = [out.stdout.strip().splitlines()[-1], f"--kubeconfig={node_stack.kubeconfig}"]
+    release = Release(name=f"kct-{uuid.uuid4().hex[:6]}", namespace=f"kct-op-{uuid.uuid4().hex[:6]}", helm=helm)
+    repository, tag = node_stack.kct_image.rsplit(":", 1)
+    try:
+        subprocess.run([*helm, "install", release.name, str(CHART), "-n", release.namespace, "--create-namespace",
+                        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+                        "--set", "image.pullPolicy=Never",
+                        "--set", f"kafka.bootstrapServers={node_stack.kafka_pod_bootstrap}",
+                        "--wait", "--timeout", "240s"], capture_output=True, text=True, timeout=300, check=True)
+        yield release
+    finally:
+        subprocess.run([*helm, "uninstall", release.name, "-n", release.namespace, "--wait"],
+                       capture_output=True, timeout=300, check=False)
+        node_stack.kubectl("delete", "namespace", release.namespace, "--wait=false", check=False)
+
+
+def test_operator_installed_with_helm_runs_as_pods_with_the_charts_identity(node_stack: NodeStack,
+                                                                              operator_release: Release) -> None:
+    """Given the chart installed with our runtime image
+    When its pods are looked at
+    Then every operator pod is Running and ready on the node, under the chart's ServiceAccount (not the
+    namespace's default), non-root, with a read-only root filesystem."""
+    pods = node_stack.get("pods", "-n", operator_release.namespace)["items"]
+
+    assert pods
+    for pod in pods:
+        container = pod["spec"]["containers"][0]
+        assert pod["status"]["phase"] == "Running"
+        assert all(s["ready"] for s in pod["status"]["containerStatuses"])
+        assert pod["spec"]["nodeName"] == node_stack.node_name
+        assert pod["spec"]["serviceAccountName"] not in {"", "default"}
+        assert container["image"] == node_stack.kct_image
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert (pod["spec"].get("securityContext", {}).get("runAsNonRoot")
+                or container["securityContext"].get("runAsNonRoot")) is True
+
+
+def test_telemetry_receiver_becomes_ready_on_real_pods(node_stack: NodeStack, operator_release: Release) -> None:
+    """Given the operator running as pods (installed with Helm)
+    When a TelemetryReceiver with our image and the node stack's Kafka is applied
+    Then its Deployment's pods become available on the node and the resource says Ready=True."""
+    namespace = f"node-tr-{uuid.uuid4().hex[:8]}"
+    receiver = {
+        "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "TelemetryReceiver",
+        "metadata": {"name": "telemetry", "namespace": namespace},
+        "spec": {
+            "image": node_stack.kct_image, "imagePullPolicy": "Never", "replicas": 1,
+            "autoscaling": {"enabled": False},
+            "receiver": {"auth": {"enabled": True}},
+            "kafka": {"bootstrapServers": node_stack.kafka_pod_bootstrap},
+            "topic": {"name": f"telemetry-{namespace}", "partitions": 1, "replicationFactor": 1,
+                      "deleteOnRemoval": True},
+        },
+    }
+    node_stack.kubectl("create", "namespace", namespace)
+    try:
+        node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(receiver))
+
+        def ready() -> dict[str, Any] | None:
+            resource: dict[str, Any] = node_stack.get("telemetryreceiver", "telemetry", "-n", namespace)
+            conditions = {c["type"]: c for c in resource.get("status", {}).get("conditions", [])}
+            return resource if conditions.get("Ready", {}).get("status") == "True" else None
+
+        eventually(ready, timeout=300, what="the TelemetryReceiver to be Ready", interval=2)
+        deployment = node_stack.get("deployment", "telemetry-receiver", "-n", namespace)
+        pods = node_stack.get("pods", "-n", namespace, "-l", "app.kubernetes.io/component=receiver")["items"]
+
+        assert deployment["status"].get("availableReplicas", 0) >= 1
+        running = [p for p in pods if p["status"]["phase"] == "Running"]
+        assert running and all(p["spec"]["nodeName"] == node_stack.node_name for p in running)
+    finally:
+        node_stack.kubectl("delete", "telemetryreceiver", "telemetry", "-n", namespace, "--wait=true",
+                           "--timeout=120s", check=False)
+        node_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
