@@ -298,6 +298,11 @@ def _private_host_paths(paths: NodePaths) -> None:
     logs = paths.base / "var-log"
     logs.mkdir(parents=True, exist_ok=True)
     _sh("mount", "--bind", str(logs), "/var/log")
+    # The node's own processes (the broker's plugin) resolve cluster names, as on a node whose resolver is
+    # the cluster DNS; pods get theirs from kubelet (`resolvConf`), never this file.
+    resolv = paths.base / "node-resolv.conf"
+    resolv.write_text(f"nameserver {NODE_IP}\n")
+    _sh("mount", "--bind", str(resolv), "/etc/resolv.conf")
 
 
 def setup_namespace(paths: NodePaths) -> None:

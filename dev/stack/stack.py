@@ -144,6 +144,14 @@ def _node_kafka_port() -> int:
 NODE_KAFKA_POD_PORT = 19094
 
 
+def _node_telemetry_endpoint() -> str:
+    """Where the node stack's broker plugin posts: by convention the Service of a TelemetryReceiver named
+    `telemetry` in namespace `kct-telemetry` (the node's processes resolve cluster names through CoreDNS), with
+    the token of `KCT_RECEIVER_TOKEN_FILE`; `KCT_NODE_TELEMETRY_ENDPOINT` to change it."""
+    return os.environ.get("KCT_NODE_TELEMETRY_ENDPOINT",
+                          "http://telemetry-receiver.kct-telemetry.svc.cluster.local:4318/v1/metrics")
+
+
 def _start_forwarder(holder: int, restart: bool) -> None:
     """The host's way in: 127.0.0.1:<port> here -> the API server and Kafka on the node stack's loopback."""
     if restart:
@@ -195,7 +203,7 @@ def node_up() -> int:
             node.setup_namespace(node.NodePaths(NODE_STATE.resolve()))
         kube.up(NODE_STATE, advertise=node.NODE_IP)
         env.update(node.up(NODE_STATE))
-        kafka_broker.up(NODE_STATE, _telemetry_endpoint(), token_file=_telemetry_token_file(NODE_STATE),
+        kafka_broker.up(NODE_STATE, _node_telemetry_endpoint(), token_file=_telemetry_token_file(NODE_STATE),
                         port=_node_kafka_port(), controller_port=_node_kafka_port() + 1,
                         pod_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}")
         runtime = _runtime_image()
@@ -210,6 +218,7 @@ def node_up() -> int:
     env = {"KUBECONFIG": str(kubeconfig.resolve()), "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{_node_kafka_port()}",
            "KCT_NODE_KAFKA_POD_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}",
            "KCT_RECEIVER_TOKEN_FILE": str(_telemetry_token_file(NODE_STATE).resolve()),
+           "KCT_TELEMETRY_ENDPOINT": _node_telemetry_endpoint(),
            **env, "KCT_NODE_NETNS_PID": str(holder), "KCT_NODE_EXEC": str(_node_exec_script(holder))}
     _write_env(env, NODE_ENV_FILE)
     print(f"node stack is up in {time.monotonic() - started:.1f}s; `source {NODE_ENV_FILE.relative_to(REPO)}`:")

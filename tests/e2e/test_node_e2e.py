@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer
 from helpers import eventually
+from plugin_support import client_metrics_subscription
 from preconditions import missing_precondition, require_module
 
 pytestmark = pytest.mark.e2e
@@ -45,6 +47,7 @@ class NodeStack:
     kct_image: str | None  # our runtime image (`make images`), imported by node-up when it was built
     kafka_bootstrap: str       # the node stack's broker from the host (through the forwarder)
     kafka_pod_bootstrap: str   # ... and from pods (its listener on the node's address)
+    receiver_token_file: Path  # the bearer token the node stack's broker plugin sends
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
@@ -83,7 +86,8 @@ def node_stack() -> Iterator[NodeStack]:
                         probe_image=env["KCT_NODE_PROBE_IMAGE"], probe_binary=Path(env["KCT_NODE_PROBE_BINARY"]),
                         node_exec=[env["KCT_NODE_EXEC"]], kct_image=env.get("KCT_NODE_KCT_IMAGE"),
                         kafka_bootstrap=env["KAFKA_BOOTSTRAP_SERVERS"],
-                        kafka_pod_bootstrap=env["KCT_NODE_KAFKA_POD_BOOTSTRAP"])
+                        kafka_pod_bootstrap=env["KCT_NODE_KAFKA_POD_BOOTSTRAP"],
+                        receiver_token_file=Path(env["KCT_RECEIVER_TOKEN_FILE"]))
     finally:
         if started:
             subprocess.run([*STACK, "node-down"], check=True, timeout=300)
@@ -381,28 +385,14 @@ def test_telemetry_receiver_becomes_ready_on_real_pods(node_stack: NodeStack, op
     When a TelemetryReceiver with our image and the node stack's Kafka is applied
     Then its Deployment's pods become available on the node and the resource says Ready=True."""
     namespace = f"node-tr-{uuid.uuid4().hex[:8]}"
-    receiver = {
-        "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "TelemetryReceiver",
-        "metadata": {"name": "telemetry", "namespace": namespace},
-        "spec": {
-            "image": node_stack.kct_image, "imagePullPolicy": "Never", "replicas": 1,
-            "autoscaling": {"enabled": False},
-            "receiver": {"auth": {"enabled": True}},
-            "kafka": {"bootstrapServers": node_stack.kafka_pod_bootstrap},
-            "topic": {"name": f"telemetry-{namespace}", "partitions": 1, "replicationFactor": 1,
-                      "deleteOnRemoval": True},
-        },
-    }
+    assert node_stack.kct_image is not None  # operator_release checked it
+    receiver = _telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap,
+                                   f"telemetry-{namespace}")
     node_stack.kubectl("create", "namespace", namespace)
     try:
         node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(receiver))
 
-        def ready() -> dict[str, Any] | None:
-            resource: dict[str, Any] = node_stack.get("telemetryreceiver", "telemetry", "-n", namespace)
-            conditions = {c["type"]: c for c in resource.get("status", {}).get("conditions", [])}
-            return resource if conditions.get("Ready", {}).get("status") == "True" else None
-
-        eventually(ready, timeout=300, what="the TelemetryReceiver to be Ready", interval=2)
+        _wait_ready(node_stack, namespace)
         deployment = node_stack.get("deployment", "telemetry-receiver", "-n", namespace)
         pods = node_stack.get("pods", "-n", namespace, "-l", "app.kubernetes.io/component=receiver")["items"]
 
@@ -413,3 +403,77 @@ def test_telemetry_receiver_becomes_ready_on_real_pods(node_stack: NodeStack, op
         node_stack.kubectl("delete", "telemetryreceiver", "telemetry", "-n", namespace, "--wait=true",
                            "--timeout=120s", check=False)
         node_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, token_secret: str | None = None,
+                        ) -> dict[str, Any]:
+    auth: dict[str, Any] = {"enabled": True}
+    if token_secret is not None:
+        auth["tokenSecretRef"] = {"name": token_secret, "key": "token"}
+    return {
+        "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "TelemetryReceiver",
+        "metadata": {"name": "telemetry", "namespace": namespace},
+        "spec": {
+            "image": image, "imagePullPolicy": "Never", "replicas": 1, "autoscaling": {"enabled": False},
+            "receiver": {"auth": auth}, "kafka": {"bootstrapServers": bootstrap},
+            "topic": {"name": topic, "partitions": 1, "replicationFactor": 1, "deleteOnRemoval": True},
+        },
+    }
+
+
+def _wait_ready(stack: NodeStack, namespace: str) -> None:
+    def ready() -> bool:
+        resource: dict[str, Any] = stack.get("telemetryreceiver", "telemetry", "-n", namespace)
+        conditions = {c["type"]: c for c in resource.get("status", {}).get("conditions", [])}
+        return bool(conditions.get("Ready", {}).get("status") == "True")
+
+    eventually(ready, timeout=300, what=f"the TelemetryReceiver in {namespace} to be Ready", interval=2)
+
+
+def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: NodeStack,
+                                                                  operator_release: Release) -> None:
+    """Given the operator (Helm) and the TelemetryReceiver the node stack's broker plugin posts to
+    (`telemetry` in `kct-telemetry`, holding the plugin's token)
+    When a confluent-kafka producer on the host, matched by a client-metrics subscription, produces
+    Then its pushes travel broker plugin -> the receiver's Service -> receiver pods -> the receiver's topic,
+    where a consumer on the host reads them."""
+    assert node_stack.kct_image is not None  # operator_release checked it
+    namespace, run = "kct-telemetry", uuid.uuid4().hex[:8]
+    topic = f"client-telemetry-{run}"
+    token = node_stack.receiver_token_file.read_text().strip()
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "broker-token", "namespace": namespace},
+         "stringData": {"token": token}},
+        _telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap, topic, "broker-token"),
+    ]
+    node_stack.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    try:
+        _wait_ready(node_stack, namespace)
+        subscription = {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000",
+                        "match": f"client_id=kct-node-{run}-.*"}
+        consumer = Consumer({"bootstrap.servers": node_stack.kafka_bootstrap, "group.id": f"kct-node-{run}",
+                             "auto.offset.reset": "earliest", "enable.metrics.push": False})
+        consumer.subscribe([topic])
+        records = []
+        with client_metrics_subscription(node_stack.kafka_bootstrap, f"kct-node-{run}", subscription):
+            producer = Producer({"bootstrap.servers": node_stack.kafka_bootstrap,
+                                 "client.id": f"kct-node-{run}-producer"})
+
+            def landed() -> bool:
+                producer.produce(f"node-data-{run}", b"x")
+                producer.poll(0)
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    records.append(message)
+                return bool(records)
+
+            eventually(landed, timeout=120, what=f"a telemetry record in {topic}", interval=0.5)
+            producer.flush(10)
+        consumer.close()
+
+        assert records[0].value()
+    finally:
+        node_stack.kubectl("delete", "telemetryreceiver", "telemetry", "-n", namespace, "--wait=true",
+                           "--timeout=120s", check=False)
+        node_stack.kubectl("delete", "namespace", namespace, "--timeout=120s", check=False)
