@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 from helpers import eventually
 from plugin_support import client_metrics_subscription
-from preconditions import missing_precondition, require_module
+from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
 
@@ -300,8 +301,7 @@ def test_kafka_answers_the_host_through_the_forwarder(node_stack: NodeStack) -> 
     """Given the node stack's broker (inside its namespace)
     When a client on the host bootstraps from KAFKA_BOOTSTRAP_SERVERS
     Then it gets the cluster's metadata, whose one broker is that same host address (the forwarder)."""
-    admin_module = require_module("confluent_kafka.admin", "the host's Kafka client")
-    admin = admin_module.AdminClient({"bootstrap.servers": node_stack.kafka_bootstrap})
+    admin = AdminClient({"bootstrap.servers": node_stack.kafka_bootstrap})
 
     metadata = admin.list_topics(timeout=30)
 
