@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv spark-jars lint plugin-test images stack-install pytest test unit stack-up stack-down stack-status demo bench manifests tools clean
+.PHONY: help venv spark-jars lint plugin-test images stack-install pytest test unit stack-up stack-down stack-status node-up node-down node-status demo bench manifests tools clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,6 +66,15 @@ stack-down:  ## stop everything stack-up started
 
 stack-status:  ## what is running
 	$(PYTHON) dev/stack/stack.py status
+
+node-up:  ## a separate stack with a real node (containerd, kubelet, kube-proxy, scheduler, CoreDNS) in namespaces of its own; writes build/node-stack.env
+	$(PYTHON) dev/stack/stack.py node-up
+
+node-down:  ## stop everything node-up started (pods, node, its control plane, namespaces)
+	$(PYTHON) dev/stack/stack.py node-down
+
+node-status:  ## what the node stack runs
+	$(PYTHON) dev/stack/stack.py node-status
 
 demo: venv spark-jars  ## the whole system locally: stack, operator, receiver, real clients, Spark; summary + HTML report (KEEP=1 keeps the stack)
 	$(VPY) dev/demo/demo.py $(if $(filter 1,$(KEEP)),--keep-stack) $(DEMO_ARGS)

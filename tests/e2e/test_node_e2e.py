@@ -1,0 +1,479 @@
+"""The node stack runs real pods: a Ready node, a Pod with its ServiceAccount token, ClusterIP Services,
+cluster DNS, our runtime image, and the operator installed with Helm whose TelemetryReceiver gets real pods.
+
+Runs against `dev/stack/stack.py node-up` (containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS and their
+own control plane, in namespaces of their own). The workload is the node's `probe` image (a static Go
+program, dev/stack/node-images/probe): a server pod behind a Service, and check pods whose exit status (and
+termination message) say whether a name resolved, a Service answered, the API server accepted the token.
+The host's kubectl reaches the API server through the stack's loopback forwarder; the "host" side of a
+ClusterIP check runs in the node's network namespace, where kube-proxy's rules are (the host's own network
+is never changed). A node stack this module starts is stopped at its end; one already running is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from helpers import eventually
+from plugin_support import client_metrics_subscription
+from preconditions import missing_precondition
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = [sys.executable, str(REPO / "dev" / "stack" / "stack.py")]
+NODE_ENV = REPO / "build" / "node-stack.env"
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True)
+class NodeStack:
+    kubeconfig: Path
+    node_name: str
+    probe_image: str
+    probe_binary: Path
+    node_exec: list[str]   # argv prefix: a command in the node's network namespace
+    kct_image: str | None  # our runtime image (`make images`), imported by node-up when it was built
+    kafka_bootstrap: str       # the node stack's broker from the host (through the forwarder)
+    kafka_pod_bootstrap: str   # ... and from pods (its listener on the node's address)
+    receiver_token_file: Path  # the bearer token the node stack's broker plugin sends
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
+                              capture_output=True, text=True, timeout=60, check=False)
+        if check:
+            assert proc.returncode == 0, f"kubectl {' '.join(args)} failed: {proc.stderr}"
+        return proc.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {key: value for key, value in pairs}
+
+
+def _node_stack_running() -> bool:
+    out = subprocess.run([*STACK, "node-status"], capture_output=True, text=True, check=False)
+    return NODE_ENV.exists() and out.returncode == 0 and "stopped" not in out.stdout
+
+
+@pytest.fixture(scope="module")
+def node_stack() -> Iterator[NodeStack]:
+    if os.geteuid() != 0:
+        missing_precondition("the node stack needs root (namespaces, mounts, containerd, iptables)")
+    for tool in ("kubectl", "nsenter", "unshare", "go"):
+        if shutil.which(tool) is None:
+            missing_precondition(f"`{tool}` is not on PATH; the node stack needs it")
+    started = not _node_stack_running()
+    try:
+        if started:
+            subprocess.run([*STACK, "node-up"], check=True, timeout=900)
+        env = _env_file(NODE_ENV)
+        yield NodeStack(kubeconfig=Path(env["KUBECONFIG"]), node_name=env["KCT_NODE_NAME"],
+                        probe_image=env["KCT_NODE_PROBE_IMAGE"], probe_binary=Path(env["KCT_NODE_PROBE_BINARY"]),
+                        node_exec=[env["KCT_NODE_EXEC"]], kct_image=env.get("KCT_NODE_KCT_IMAGE"),
+                        kafka_bootstrap=env["KAFKA_BOOTSTRAP_SERVERS"],
+                        kafka_pod_bootstrap=env["KCT_NODE_KAFKA_POD_BOOTSTRAP"],
+                        receiver_token_file=Path(env["KCT_RECEIVER_TOKEN_FILE"]))
+    finally:
+        if started:
+            subprocess.run([*STACK, "node-down"], check=True, timeout=300)
+
+
+@dataclass(frozen=True)
+class Web:
+    namespace: str
+    pod: str
+    service: str
+    cluster_ip: str
+    text: str   # what the server answers, unique per run
+
+
+def _probe_pod(stack: NodeStack, namespace: str, name: str, args: list[str],
+               labels: dict[str, str] | None = None, restart: str = "Never") -> None:
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {
+            "restartPolicy": restart, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "probe", "image": stack.probe_image, "imagePullPolicy": "Never",
+                            "command": ["/probe", *args]}],
+        },
+    }
+    stack.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+
+
+@pytest.fixture(scope="module")
+def web(node_stack: NodeStack) -> Iterator[Web]:
+    """A namespace with a server pod and a ClusterIP Service in front of it; deleted afterwards."""
+    namespace = f"node-e2e-{uuid.uuid4().hex[:8]}"
+    text = f"hello-{uuid.uuid4().hex}"
+    node_stack.kubectl("create", "namespace", namespace)
+    try:
+        _probe_pod(node_stack, namespace, "web", ["serve", ":8080", text], labels={"app": "web"}, restart="Always")
+        service = {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": namespace},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        }
+        node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(service))
+        cluster_ip = node_stack.get("service", "web", "-n", namespace)["spec"]["clusterIP"]
+        yield Web(namespace=namespace, pod="web", service="web", cluster_ip=cluster_ip, text=text)
+    finally:
+        node_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _run_check(stack: NodeStack, web: Web, args: list[str]) -> dict[str, Any]:
+    """A pod running `probe` steps to completion; returns its final state (Succeeded or Failed)."""
+    name = f"check-{uuid.uuid4().hex[:8]}"
+    _probe_pod(stack, web.namespace, name, args)
+
+    def finished() -> dict[str, Any] | None:
+        pod: dict[str, Any] = stack.get("pod", name, "-n", web.namespace)
+        return pod if pod["status"].get("phase") in {"Succeeded", "Failed"} else None
+
+    pod: dict[str, Any] = eventually(finished, timeout=240, what=f"pod {name} to finish", interval=1)
+    return pod
+
+
+def _message(pod: dict[str, Any]) -> str:
+    statuses = pod["status"].get("containerStatuses") or [{}]
+    return str(statuses[0].get("state", {}).get("terminated", {}).get("message", ""))
+
+
+def test_node_is_ready(node_stack: NodeStack) -> None:
+    """Given the node stack is up
+    When the host asks the API server (through the stack's forwarder) for the nodes
+    Then there is exactly the stack's node, and it is Ready."""
+    nodes = node_stack.get("nodes")["items"]
+
+    assert [n["metadata"]["name"] for n in nodes] == [node_stack.node_name]
+    conditions = {c["type"]: c["status"] for c in nodes[0]["status"]["conditions"]}
+    assert conditions["Ready"] == "True"
+
+
+def test_pod_runs_with_its_service_account_token_mounted(node_stack: NodeStack, web: Web) -> None:
+    """Given a server pod on the node
+    When it has been scheduled and started
+    Then it is Running and ready, with the ServiceAccount token volume mounted, and a pod presenting that
+    token to https://kubernetes.default.svc is accepted by the API server."""
+    def running() -> dict[str, Any] | None:
+        pod: dict[str, Any] = node_stack.get("pod", web.pod, "-n", web.namespace)
+        statuses = pod["status"].get("containerStatuses") or []
+        return pod if pod["status"].get("phase") == "Running" and statuses and statuses[0]["ready"] else None
+
+    pod = eventually(running, timeout=240, what="the web pod to run", interval=1)
+    checked = _run_check(node_stack, web, ["api"])
+
+    assert pod["spec"]["nodeName"] == node_stack.node_name
+    mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert SA_MOUNT in mounts
+    assert checked["status"]["phase"] == "Succeeded", _message(checked)
+
+
+def test_cluster_ip_service_answers_from_a_pod(node_stack: NodeStack, web: Web) -> None:
+    """Given the web Service
+    When a pod GETs its ClusterIP
+    Then the server pod's text comes back."""
+    checked = _run_check(node_stack, web, ["get", f"http://{web.cluster_ip}/", web.text])
+
+    assert checked["status"]["phase"] == "Succeeded", _message(checked)
+
+
+def test_cluster_ip_service_answers_from_the_node_host(node_stack: NodeStack, web: Web) -> None:
+    """Given the web Service
+    When a process in the node's host network namespace (outside any pod) GETs its ClusterIP
+    Then the server pod's text comes back."""
+    proc = subprocess.run([*node_stack.node_exec, str(node_stack.probe_binary), "get",
+                           f"http://{web.cluster_ip}/", web.text],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_service_name_resolves_in_a_pod(node_stack: NodeStack, web: Web) -> None:
+    """Given the web Service and the node's cluster DNS
+    When a pod looks up `web.<namespace>.svc` and GETs it by that name
+    Then the name resolves and the server pod's text comes back."""
+    name = f"{web.service}.{web.namespace}.svc"
+    checked = _run_check(node_stack, web, ["lookup", name, "--", "get", f"http://{name}/", web.text])
+
+    assert checked["status"]["phase"] == "Succeeded", _message(checked)
+
+
+RECEIVER_CONFIG = """\
+listen: {host: 0.0.0.0, port: 4318}
+auth: {bearerTokenFile: /etc/kct/token/token}
+kafka: {bootstrapServers: "%s"}
+"""
+
+# From the node's host namespace: /healthz, then a push without the token and one with a wrong token.
+_RECEIVER_CALLS = """
+import sys, urllib.request, urllib.error
+base = sys.argv[1]
+def status(request):
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+def push(headers):
+    return urllib.request.Request(base + "/v1/metrics", data=b"", method="POST",
+                                  headers={"Content-Type": "application/x-protobuf", **headers})
+print(status(base + "/healthz")[0], status(base + "/readyz")[0], status(push({}))[0],
+      status(push({"Authorization": "Bearer wrong"}))[0])
+"""
+
+
+def _receiver_objects(namespace: str, image: str, token: str, bootstrap: str) -> list[dict[str, Any]]:
+    """A receiver pod as the operator renders one: non-root, read-only root filesystem, token from a Secret."""
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "receiver-token", "namespace": namespace},
+         "stringData": {"token": token}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "receiver", "namespace": namespace},
+         "data": {"receiver.yaml": RECEIVER_CONFIG % bootstrap}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "receiver", "namespace": namespace},
+         "spec": {
+             "automountServiceAccountToken": False,
+             "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                                 "seccompProfile": {"type": "RuntimeDefault"}},
+             "containers": [{
+                 "name": "receiver", "image": image, "imagePullPolicy": "Never",
+                 "command": ["kct"], "args": ["receiver", "--config", "/etc/kct/receiver/receiver.yaml"],
+                 "ports": [{"name": "http-otlp", "containerPort": 4318}],
+                 "startupProbe": {"httpGet": {"path": "/healthz", "port": "http-otlp"}, "periodSeconds": 2,
+                                  "failureThreshold": 60},
+                 "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http-otlp"}, "periodSeconds": 2},
+                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                     "capabilities": {"drop": ["ALL"]}},
+                 "volumeMounts": [{"name": "config", "mountPath": "/etc/kct/receiver", "readOnly": True},
+                                  {"name": "tmp", "mountPath": "/tmp"},
+                                  {"name": "token", "mountPath": "/etc/kct/token", "readOnly": True}],
+             }],
+             "volumes": [{"name": "config", "configMap": {"name": "receiver"}}, {"name": "tmp", "emptyDir": {}},
+                         {"name": "token", "secret": {"secretName": "receiver-token", "defaultMode": 0o440}}],
+         }},
+    ]
+
+
+def test_receiver_pod_runs_from_the_runtime_image(node_stack: NodeStack, web: Web) -> None:
+    """Given our runtime image (built from the Dockerfile by `make images`) imported into the node
+    When a receiver pod runs it as the operator renders one (uid 10001, read-only root filesystem), with the
+    node stack's Kafka on the node's address as its sink
+    Then the pod becomes Ready (its /readyz says Kafka answers), and from the node's host namespace /healthz
+    and /readyz answer 200 while pushes without the token, or with a wrong one, are refused with 401."""
+    if node_stack.kct_image is None:
+        missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
+    token = uuid.uuid4().hex
+    node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "List",
+         "items": _receiver_objects(web.namespace, node_stack.kct_image, token, node_stack.kafka_pod_bootstrap)}))
+
+    def ready() -> dict[str, Any] | None:
+        pod: dict[str, Any] = node_stack.get("pod", "receiver", "-n", web.namespace)
+        statuses = pod["status"].get("containerStatuses") or []
+        return pod if statuses and statuses[0].get("ready") else None
+
+    pod = eventually(ready, timeout=240, what="the receiver pod to be Ready", interval=1)
+    calls = subprocess.run([*node_stack.node_exec, sys.executable, "-c", _RECEIVER_CALLS,
+                            f"http://{pod['status']['podIP']}:4318"],
+                           capture_output=True, text=True, timeout=60, check=False)
+
+    assert pod["status"]["containerStatuses"][0]["image"] == node_stack.kct_image
+    assert calls.returncode == 0, calls.stderr
+    assert calls.stdout.split() == ["200", "200", "401", "401"]
+
+
+def test_kafka_answers_the_host_through_the_forwarder(node_stack: NodeStack) -> None:
+    """Given the node stack's broker (inside its namespace)
+    When a client on the host bootstraps from KAFKA_BOOTSTRAP_SERVERS
+    Then it gets the cluster's metadata, whose one broker is that same host address (the forwarder)."""
+    admin = AdminClient({"bootstrap.servers": node_stack.kafka_bootstrap})
+
+    metadata = admin.list_topics(timeout=30)
+
+    assert [f"{b.host}:{b.port}" for b in metadata.brokers.values()] == [node_stack.kafka_bootstrap]
+
+
+def test_the_hosts_network_is_untouched(node_stack: NodeStack) -> None:
+    """Given the node stack is up (its bridge, veth, routes and kube-proxy rules exist in its namespace)
+    When the host's own network namespace is inspected
+    Then none of them is there: no node device, no route to the pod, Service or node networks, no
+    kube-proxy chain (the host reaches the stack only through the loopback forwarder)."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False).stdout
+    inside = subprocess.run([*node_stack.node_exec, "ip", "-o", "link"], capture_output=True, text=True,
+                            check=True).stdout
+
+    assert "kct-br0" in inside and "kct-node0" in inside  # what the host must not have
+    assert "kct-br0" not in links and "kct-node0" not in links
+    assert not [r for r in routes.splitlines() if r.startswith(("10.244.", "10.96.", "10.250."))]
+    assert "KUBE-" not in rules
+
+
+CHART = REPO / "helm" / "kct"
+TOOLS = REPO / "dev" / "tools" / "tools.py"
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    helm: list[str]   # argv prefix: helm with the node stack's kubeconfig
+
+
+@pytest.fixture(scope="module")
+def operator_release(node_stack: NodeStack) -> Iterator[Release]:
+    """The chart installed as users do, with our runtime image (never pulled); uninstalled afterwards."""
+    if node_stack.kct_image is None:
+        missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
+    out = subprocess.run([sys.executable, str(TOOLS), "path", "helm"], capture_output=True, text=True,
+                         timeout=1200, check=True)
+    helm = [out.stdout.strip().splitlines()[-1], f"--kubeconfig={node_stack.kubeconfig}"]
+    release = Release(name=f"kct-{uuid.uuid4().hex[:6]}", namespace=f"kct-op-{uuid.uuid4().hex[:6]}", helm=helm)
+    repository, tag = node_stack.kct_image.rsplit(":", 1)
+    try:
+        subprocess.run([*helm, "install", release.name, str(CHART), "-n", release.namespace, "--create-namespace",
+                        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+                        "--set", "image.pullPolicy=Never",
+                        "--set", f"kafka.bootstrapServers={node_stack.kafka_pod_bootstrap}",
+                        "--wait", "--timeout", "240s"], capture_output=True, text=True, timeout=300, check=True)
+        yield release
+    finally:
+        subprocess.run([*helm, "uninstall", release.name, "-n", release.namespace, "--wait"],
+                       capture_output=True, timeout=300, check=False)
+        node_stack.kubectl("delete", "namespace", release.namespace, "--wait=false", check=False)
+
+
+def test_operator_installed_with_helm_runs_as_pods_with_the_charts_identity(node_stack: NodeStack,
+                                                                              operator_release: Release) -> None:
+    """Given the chart installed with our runtime image
+    When its pods are looked at
+    Then every operator pod is Running and ready on the node, under the chart's ServiceAccount (not the
+    namespace's default), non-root, with a read-only root filesystem."""
+    pods = node_stack.get("pods", "-n", operator_release.namespace)["items"]
+
+    assert pods
+    for pod in pods:
+        container = pod["spec"]["containers"][0]
+        assert pod["status"]["phase"] == "Running"
+        assert all(s["ready"] for s in pod["status"]["containerStatuses"])
+        assert pod["spec"]["nodeName"] == node_stack.node_name
+        assert pod["spec"]["serviceAccountName"] not in {"", "default"}
+        assert container["image"] == node_stack.kct_image
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert (pod["spec"].get("securityContext", {}).get("runAsNonRoot")
+                or container["securityContext"].get("runAsNonRoot")) is True
+
+
+def test_telemetry_receiver_becomes_ready_on_real_pods(node_stack: NodeStack, operator_release: Release) -> None:
+    """Given the operator running as pods (installed with Helm)
+    When a TelemetryReceiver with our image and the node stack's Kafka is applied
+    Then its Deployment's pods become available on the node and the resource says Ready=True."""
+    namespace = f"node-tr-{uuid.uuid4().hex[:8]}"
+    assert node_stack.kct_image is not None  # operator_release checked it
+    receiver = _telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap,
+                                   f"telemetry-{namespace}")
+    node_stack.kubectl("create", "namespace", namespace)
+    try:
+        node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(receiver))
+
+        _wait_ready(node_stack, namespace)
+        deployment = node_stack.get("deployment", "telemetry-receiver", "-n", namespace)
+        pods = node_stack.get("pods", "-n", namespace, "-l", "app.kubernetes.io/component=receiver")["items"]
+
+        assert deployment["status"].get("availableReplicas", 0) >= 1
+        running = [p for p in pods if p["status"]["phase"] == "Running"]
+        assert running and all(p["spec"]["nodeName"] == node_stack.node_name for p in running)
+    finally:
+        node_stack.kubectl("delete", "telemetryreceiver", "telemetry", "-n", namespace, "--wait=true",
+                           "--timeout=120s", check=False)
+        node_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, token_secret: str | None = None,
+                        ) -> dict[str, Any]:
+    auth: dict[str, Any] = {"enabled": True}
+    if token_secret is not None:
+        auth["tokenSecretRef"] = {"name": token_secret, "key": "token"}
+    return {
+        "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "TelemetryReceiver",
+        "metadata": {"name": "telemetry", "namespace": namespace},
+        "spec": {
+            "image": image, "imagePullPolicy": "Never", "replicas": 1, "autoscaling": {"enabled": False},
+            "receiver": {"auth": auth}, "kafka": {"bootstrapServers": bootstrap},
+            "topic": {"name": topic, "partitions": 1, "replicationFactor": 1, "deleteOnRemoval": True},
+        },
+    }
+
+
+def _wait_ready(stack: NodeStack, namespace: str) -> None:
+    def ready() -> bool:
+        resource: dict[str, Any] = stack.get("telemetryreceiver", "telemetry", "-n", namespace)
+        conditions = {c["type"]: c for c in resource.get("status", {}).get("conditions", [])}
+        return bool(conditions.get("Ready", {}).get("status") == "True")
+
+    eventually(ready, timeout=300, what=f"the TelemetryReceiver in {namespace} to be Ready", interval=2)
+
+
+def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: NodeStack,
+                                                                  operator_release: Release) -> None:
+    """Given the operator (Helm) and the TelemetryReceiver the node stack's broker plugin posts to
+    (`telemetry` in `kct-telemetry`, holding the plugin's token)
+    When a confluent-kafka producer on the host, matched by a client-metrics subscription, produces
+    Then its pushes travel broker plugin -> the receiver's Service -> receiver pods -> the receiver's topic,
+    where a consumer on the host reads them."""
+    assert node_stack.kct_image is not None  # operator_release checked it
+    namespace, run = "kct-telemetry", uuid.uuid4().hex[:8]
+    topic = f"client-telemetry-{run}"
+    token = node_stack.receiver_token_file.read_text().strip()
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "broker-token", "namespace": namespace},
+         "stringData": {"token": token}},
+        _telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap, topic, "broker-token"),
+    ]
+    node_stack.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    try:
+        _wait_ready(node_stack, namespace)
+        subscription = {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000",
+                        "match": f"client_id=kct-node-{run}-.*"}
+        consumer = Consumer({"bootstrap.servers": node_stack.kafka_bootstrap, "group.id": f"kct-node-{run}",
+                             "auto.offset.reset": "earliest", "enable.metrics.push": False})
+        consumer.subscribe([topic])
+        records = []
+        with client_metrics_subscription(node_stack.kafka_bootstrap, f"kct-node-{run}", subscription):
+            producer = Producer({"bootstrap.servers": node_stack.kafka_bootstrap,
+                                 "client.id": f"kct-node-{run}-producer"})
+
+            def landed() -> bool:
+                producer.produce(f"node-data-{run}", b"x")
+                producer.poll(0)
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    records.append(message)
+                return bool(records)
+
+            eventually(landed, timeout=120, what=f"a telemetry record in {topic}", interval=0.5)
+            producer.flush(10)
+        consumer.close()
+
+        assert records[0].value()
+    finally:
+        node_stack.kubectl("delete", "telemetryreceiver", "telemetry", "-n", namespace, "--wait=true",
+                           "--timeout=120s", check=False)
+        node_stack.kubectl("delete", "namespace", namespace, "--timeout=120s", check=False)
