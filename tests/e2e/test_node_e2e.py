@@ -7,91 +7,30 @@ program, dev/stack/node-images/probe): a server pod behind a Service, and check 
 termination message) say whether a name resolved, a Service answered, the API server accepted the token.
 The host's kubectl reaches the API server through the stack's loopback forwarder; the "host" side of a
 ClusterIP check runs in the node's network namespace, where kube-proxy's rules are (the host's own network
-is never changed). A node stack this module starts is stopped at its end; one already running is kept.
+is never changed). The fixtures `node_stack` and `operator_release` are in conftest.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from helpers import eventually
+from node_support import NodeStack, Release, telemetry_receiver, wait_ready
 from plugin_support import client_metrics_subscription
 from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-STACK = [sys.executable, str(REPO / "dev" / "stack" / "stack.py")]
-NODE_ENV = REPO / "build" / "node-stack.env"
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-
-@dataclass(frozen=True)
-class NodeStack:
-    kubeconfig: Path
-    node_name: str
-    probe_image: str
-    probe_binary: Path
-    node_exec: list[str]   # argv prefix: a command in the node's network namespace
-    kct_image: str | None  # our runtime image (`make images`), imported by node-up when it was built
-    kafka_bootstrap: str       # the node stack's broker from the host (through the forwarder)
-    kafka_pod_bootstrap: str   # ... and from pods (its listener on the node's address)
-    receiver_token_file: Path  # the bearer token the node stack's broker plugin sends
-
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
-        proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
-                              capture_output=True, text=True, timeout=60, check=False)
-        if check:
-            assert proc.returncode == 0, f"kubectl {' '.join(args)} failed: {proc.stderr}"
-        return proc.stdout
-
-    def get(self, *args: str) -> Any:
-        return json.loads(self.kubectl("get", *args, "-o", "json"))
-
-
-def _env_file(path: Path) -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-    return {key: value for key, value in pairs}
-
-
-def _node_stack_running() -> bool:
-    out = subprocess.run([*STACK, "node-status"], capture_output=True, text=True, check=False)
-    return NODE_ENV.exists() and out.returncode == 0 and "stopped" not in out.stdout
-
-
-@pytest.fixture(scope="module")
-def node_stack() -> Iterator[NodeStack]:
-    if os.geteuid() != 0:
-        missing_precondition("the node stack needs root (namespaces, mounts, containerd, iptables)")
-    for tool in ("kubectl", "nsenter", "unshare", "go"):
-        if shutil.which(tool) is None:
-            missing_precondition(f"`{tool}` is not on PATH; the node stack needs it")
-    started = not _node_stack_running()
-    try:
-        if started:
-            subprocess.run([*STACK, "node-up"], check=True, timeout=900)
-        env = _env_file(NODE_ENV)
-        yield NodeStack(kubeconfig=Path(env["KUBECONFIG"]), node_name=env["KCT_NODE_NAME"],
-                        probe_image=env["KCT_NODE_PROBE_IMAGE"], probe_binary=Path(env["KCT_NODE_PROBE_BINARY"]),
-                        node_exec=[env["KCT_NODE_EXEC"]], kct_image=env.get("KCT_NODE_KCT_IMAGE"),
-                        kafka_bootstrap=env["KAFKA_BOOTSTRAP_SERVERS"],
-                        kafka_pod_bootstrap=env["KCT_NODE_KAFKA_POD_BOOTSTRAP"],
-                        receiver_token_file=Path(env["KCT_RECEIVER_TOKEN_FILE"]))
-    finally:
-        if started:
-            subprocess.run([*STACK, "node-down"], check=True, timeout=300)
 
 
 @dataclass(frozen=True)
@@ -325,40 +264,6 @@ def test_the_hosts_network_is_untouched(node_stack: NodeStack) -> None:
     assert "KUBE-" not in rules
 
 
-CHART = REPO / "helm" / "kct"
-TOOLS = REPO / "dev" / "tools" / "tools.py"
-
-
-@dataclass(frozen=True)
-class Release:
-    name: str
-    namespace: str
-    helm: list[str]   # argv prefix: helm with the node stack's kubeconfig
-
-
-@pytest.fixture(scope="module")
-def operator_release(node_stack: NodeStack) -> Iterator[Release]:
-    """The chart installed as users do, with our runtime image (never pulled); uninstalled afterwards."""
-    if node_stack.kct_image is None:
-        missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
-    out = subprocess.run([sys.executable, str(TOOLS), "path", "helm"], capture_output=True, text=True,
-                         timeout=1200, check=True)
-    helm = [out.stdout.strip().splitlines()[-1], f"--kubeconfig={node_stack.kubeconfig}"]
-    release = Release(name=f"kct-{uuid.uuid4().hex[:6]}", namespace=f"kct-op-{uuid.uuid4().hex[:6]}", helm=helm)
-    repository, tag = node_stack.kct_image.rsplit(":", 1)
-    try:
-        subprocess.run([*helm, "install", release.name, str(CHART), "-n", release.namespace, "--create-namespace",
-                        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-                        "--set", "image.pullPolicy=Never",
-                        "--set", f"kafka.bootstrapServers={node_stack.kafka_pod_bootstrap}",
-                        "--wait", "--timeout", "240s"], capture_output=True, text=True, timeout=300, check=True)
-        yield release
-    finally:
-        subprocess.run([*helm, "uninstall", release.name, "-n", release.namespace, "--wait"],
-                       capture_output=True, timeout=300, check=False)
-        node_stack.kubectl("delete", "namespace", release.namespace, "--wait=false", check=False)
-
-
 def test_operator_installed_with_helm_runs_as_pods_with_the_charts_identity(node_stack: NodeStack,
                                                                               operator_release: Release) -> None:
     """Given the chart installed with our runtime image
@@ -386,13 +291,13 @@ def test_telemetry_receiver_becomes_ready_on_real_pods(node_stack: NodeStack, op
     Then its Deployment's pods become available on the node and the resource says Ready=True."""
     namespace = f"node-tr-{uuid.uuid4().hex[:8]}"
     assert node_stack.kct_image is not None  # operator_release checked it
-    receiver = _telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap,
+    receiver = telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap,
                                    f"telemetry-{namespace}")
     node_stack.kubectl("create", "namespace", namespace)
     try:
         node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(receiver))
 
-        _wait_ready(node_stack, namespace)
+        wait_ready(node_stack, namespace)
         deployment = node_stack.get("deployment", "telemetry-receiver", "-n", namespace)
         pods = node_stack.get("pods", "-n", namespace, "-l", "app.kubernetes.io/component=receiver")["items"]
 
@@ -403,31 +308,6 @@ def test_telemetry_receiver_becomes_ready_on_real_pods(node_stack: NodeStack, op
         node_stack.kubectl("delete", "telemetryreceiver", "telemetry", "-n", namespace, "--wait=true",
                            "--timeout=120s", check=False)
         node_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-
-
-def _telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, token_secret: str | None = None,
-                        ) -> dict[str, Any]:
-    auth: dict[str, Any] = {"enabled": True}
-    if token_secret is not None:
-        auth["tokenSecretRef"] = {"name": token_secret, "key": "token"}
-    return {
-        "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "TelemetryReceiver",
-        "metadata": {"name": "telemetry", "namespace": namespace},
-        "spec": {
-            "image": image, "imagePullPolicy": "Never", "replicas": 1, "autoscaling": {"enabled": False},
-            "receiver": {"auth": auth}, "kafka": {"bootstrapServers": bootstrap},
-            "topic": {"name": topic, "partitions": 1, "replicationFactor": 1, "deleteOnRemoval": True},
-        },
-    }
-
-
-def _wait_ready(stack: NodeStack, namespace: str) -> None:
-    def ready() -> bool:
-        resource: dict[str, Any] = stack.get("telemetryreceiver", "telemetry", "-n", namespace)
-        conditions = {c["type"]: c for c in resource.get("status", {}).get("conditions", [])}
-        return bool(conditions.get("Ready", {}).get("status") == "True")
-
-    eventually(ready, timeout=300, what=f"the TelemetryReceiver in {namespace} to be Ready", interval=2)
 
 
 def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: NodeStack,
@@ -445,11 +325,11 @@ def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: No
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "broker-token", "namespace": namespace},
          "stringData": {"token": token}},
-        _telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap, topic, "broker-token"),
+        telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap, topic, "broker-token"),
     ]
     node_stack.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     try:
-        _wait_ready(node_stack, namespace)
+        wait_ready(node_stack, namespace)
         subscription = {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000",
                         "match": f"client_id=kct-node-{run}-.*"}
         consumer = Consumer({"bootstrap.servers": node_stack.kafka_bootstrap, "group.id": f"kct-node-{run}",
