@@ -36,6 +36,7 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
 	MYPYPATH=dev/demo:operator $(VENV)/bin/mypy --strict dev/demo bench/run_all.py
+	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 
 plugin-test:  ## the broker plugin's JUnit tests (Maven)
