@@ -17,6 +17,8 @@ the mTLS client certificate's subject CN, else "".
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -57,6 +59,18 @@ class Outcome:
     error_message: str
     client_instance_id: str
     data_points: int
+
+
+class _PushIds:
+    """Push ids: 32 hex digits, a random per-process prefix then a counter. Unique per record like a uuid4
+    (the prefix has 64 random bits) at a tenth of uuid4's cost, which was ~2 % of a push's CPU."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._counter = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+    def next(self) -> bytes:
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFFFFFF:016x}".encode()
 
 
 def _monotonic_ms() -> float:
@@ -121,6 +135,7 @@ class Pipeline:
         self.admission = Admission(lim.max_inflight_requests, lim.max_inflight_bytes, lim.overload_retry_after_seconds)
         self._monotonic_ms = monotonic_ms
         self._wall_ms = wall_ms
+        self._push_ids = _PushIds()
         telemetry.track_state(lambda: len(self.limiter), lambda: len(self.quotas))
 
     async def process(self, push: Push) -> Outcome:
@@ -184,7 +199,7 @@ class Pipeline:
 
             record_headers.extend(
                 (
-                    (L.RECORD_META_PUSH_ID, uuid.uuid4().hex.encode()),
+                    (L.RECORD_META_PUSH_ID, self._push_ids.next()),
                     (L.RECORD_META_RECEIVED_MS, str(received_ms).encode()),
                     (L.RECORD_META_FORMAT, L.RECORD_VALUE_FORMAT.encode()),
                     (L.RECORD_META_CONTENT_TYPE, push.content_type.encode("utf-8", "replace")),
