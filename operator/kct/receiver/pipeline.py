@@ -33,7 +33,7 @@ from kct.receiver.errors import BadRequest, PushRejected, Unavailable
 from kct.receiver.privacy import AttributeFilter
 from kct.receiver.quota import QuotaManager
 from kct.receiver.ratelimit import PushIntervalLimiter, Ticket
-from kct.receiver.sanitize import resource_attribute, sanitize
+from kct.receiver.sanitize import SanitizeResult, resource_attribute, sanitize, scan_untouched
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import Telemetry
 
@@ -184,12 +184,7 @@ class Pipeline:
 
             t3 = perf()
             is_protobuf = push.negotiated.fmt == "protobuf"
-            result = sanitize(
-                request,
-                self.filter,
-                point_attributes=not is_protobuf or self.filter.may_drop_in(data),
-                check_points=cfg.validation.check_data_points,
-            )
+            result = self._sanitize(request, data, is_protobuf)
             if result.data_points == 0 and (result.rejected_data_points or result.dropped_metrics):
                 raise BadRequest("no_valid_data", f"nothing valid in the push: {result.error_message}")
             modified = result.modified or not is_protobuf
@@ -224,6 +219,20 @@ class Pipeline:
                 self.limiter.release(box.ticket)
             if box.reserved:
                 self.admission.release(box.reserved)
+
+    def _sanitize(self, request: ExportMetricsServiceRequest, data: bytes, is_protobuf: bool) -> SanitizeResult:
+        """Validate and filter: the native one-pass scan when it proves nothing must change, else the walk."""
+        check_points = self.config.validation.check_data_points
+        if is_protobuf:
+            untouched = scan_untouched(data, self.filter, check_points=check_points)
+            if untouched is not None:
+                return untouched
+        return sanitize(
+            request,
+            self.filter,
+            point_attributes=not is_protobuf or self.filter.may_drop_in(data),
+            check_points=check_points,
+        )
 
     def _instance_id_from(
         self, request: ExportMetricsServiceRequest, box: _TicketBox, interval_ms: int | None, terminating: bool
