@@ -13,8 +13,9 @@ Both servers get the same Kafka (a broker of their own, started here on loopback
 token, the same pushes (~9 KB OTLP protobuf, 100 points, each with the broker plugin's headers and its
 own client instance id), and both answer 200 only after Kafka acknowledged the record: the receiver by
 design, the Collector with its sending queue and retries off, `acks=all` (franz-go: idempotent).
-Both producers use lz4 and 5 ms linger. The receiver runs with every feature on (auth, limits, privacy
-deny list, push-interval rate limit, KIP-13/257 quotas with non-binding rates).
+Both producers use lz4 and their own default linger (the receiver's librdkafka 1 ms, the Collector's
+franz-go 10 ms). The receiver runs with every feature on (auth, limits, privacy deny list, push-interval
+rate limit, KIP-13/257 quotas with non-binding rates).
 
 Both servers run for the whole benchmark, pinned to the same core (taskset); only one is loaded at a time,
 the load generator on the other core. Trials alternate which server goes first. Per scenario it prints
@@ -182,7 +183,6 @@ exporters:
     producer:
       required_acks: -1
       compression: lz4
-      linger: 5ms
     sending_queue:
       enabled: false
     retry_on_failure:
@@ -210,7 +210,7 @@ def _receiver_config(port: int, topic: str) -> dict[str, Any]:
         "rateLimit": {"enabled": True},
         "privacy": {"checkDataPointAttributes": True},
         "validation": {"checkDataPoints": True},
-        "kafka": {"bootstrapServers": BOOTSTRAP, "topic": topic, "producerProperties": {"linger.ms": 5}},
+        "kafka": {"bootstrapServers": BOOTSTRAP, "topic": topic},
         "logging": {"level": "WARNING", "format": "json"},
     }
 

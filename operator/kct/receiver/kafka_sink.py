@@ -47,7 +47,10 @@ def producer_config(config: KafkaSinkConfig, max_record_bytes: int) -> dict[str,
         assert config.bootstrap_servers is not None
         bootstrap = config.bootstrap_servers
     conf: dict[str, Any] = {
-        "linger.ms": 5,
+        # Every push waits for its record's ack, so linger is added to every answer; under load librdkafka
+        # batches anyway behind the requests in flight. 1 ms: a quiet receiver answers in ~1-2 ms (5 ms
+        # made the p50 at 500 pushes/s 4x the OpenTelemetry Collector's), a busy one still batches.
+        "linger.ms": 1,
         "compression.type": "lz4",
         # Every queued record is a push awaiting its answer, already bounded by limits.maxInflight*;
         # these only cap librdkafka if records outlive their request (the delivery-report margin).

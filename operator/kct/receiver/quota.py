@@ -245,6 +245,9 @@ class QuotaManager:
         rate = rates.get(key)
         if rate is None:
             rate = WindowedRate(self._config.window_count, self._config.window_size_ms)
+            # touched now: else the lookup of this push's other quota kind would drop it as idle before it
+            # records anything, and this kind's rate would start from zero on every push (never throttle)
+            rate.last_ms = now_ms
             rates[key] = rate
         else:
             rates.move_to_end(key)

@@ -193,3 +193,18 @@ def test_windowed_rate_incremental_total_matches_first_principles() -> None:
         assert rate.total(probe) == pytest.approx(total)
         assert rate.elapsed_ms(probe) == pytest.approx(elapsed)
         now = probe
+
+
+def test_byte_quota_accumulates_when_a_push_quota_is_set_too() -> None:
+    """Given a byte-rate and a push-rate quota for the same client, when it pushes 1 MB at a time within the
+    same second (50 s after the receiver started), then the byte rate accumulates across pushes and throttles
+    after 9 MB (a fresh rate is measured over N-1 = 9 windows): a rate created by this very push must not be
+    dropped as idle by the lookup of the push rate."""
+    manager = QuotaManager(QuotasConfig(default_byte_rate=1 * MB, default_push_rate=1000.0))
+    admitted = 0
+    with pytest.raises(TooManyRequests) as refused:
+        for _ in range(100):
+            manager.admit("alice", "app", 1 * MB, 50_000.0)
+            admitted += 1
+    assert refused.value.reason == "quota_byte_rate"
+    assert admitted == 9
