@@ -33,11 +33,20 @@ from kct.receiver.errors import BadRequest, PushRejected, Unavailable
 from kct.receiver.privacy import AttributeFilter
 from kct.receiver.quota import QuotaManager
 from kct.receiver.ratelimit import PushIntervalLimiter, Ticket
-from kct.receiver.sanitize import SanitizeResult, resource_attribute, sanitize, scan_untouched
+from kct.receiver.sanitize import (
+    SanitizeResult,
+    resource_attribute,
+    sanitize,
+    scan_untouched,
+    untouched_unparsed,
+)
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import Telemetry
 
 __all__ = ["Outcome", "Pipeline", "Push"]
+
+# Stands for the message when the native path proved it is not needed (never read, never modified).
+_NOT_DECODED = ExportMetricsServiceRequest()
 
 INSTANCE_ID_ATTRIBUTES = ("client_instance_id", "client.instance.id", "service.instance.id")
 CLIENT_ID_ATTRIBUTES = ("client_id", "client.id")
@@ -167,7 +176,10 @@ class Pipeline:
             if data is not push.body:
                 self.admission.reserve(len(data))
                 box.reserved += len(data)
-            request = decode_request(data, push.negotiated.fmt)
+            is_protobuf = push.negotiated.fmt == "protobuf"
+            untouched = self._untouched(data, is_protobuf and instance_id is not None and client_id is not None)
+            # Proven parsable and needing no change, with the ids from headers: nothing reads the message.
+            request = _NOT_DECODED if untouched is not None else decode_request(data, push.negotiated.fmt)
             t2 = perf()
             if push.negotiated.encoding:
                 tel.stage("decompress", t1 - t0)
@@ -183,8 +195,7 @@ class Pipeline:
             self.quotas.admit(user, client_id, len(data), self._monotonic_ms())
 
             t3 = perf()
-            is_protobuf = push.negotiated.fmt == "protobuf"
-            result = self._sanitize(request, data, is_protobuf)
+            result = untouched or self._sanitize(request, data, is_protobuf)
             if result.data_points == 0 and (result.rejected_data_points or result.dropped_metrics):
                 raise BadRequest("no_valid_data", f"nothing valid in the push: {result.error_message}")
             modified = result.modified or not is_protobuf
@@ -222,6 +233,12 @@ class Pipeline:
                 self.limiter.release(box.ticket)
             if box.reserved:
                 self.admission.release(box.reserved)
+
+    def _untouched(self, data: bytes, eligible: bool) -> SanitizeResult | None:
+        """The native path's result for protobuf bytes it proves parsable and in need of no change."""
+        if not eligible:
+            return None
+        return untouched_unparsed(data, self.filter, check_points=self.config.validation.check_data_points)
 
     def _sanitize(self, request: ExportMetricsServiceRequest, data: bytes, is_protobuf: bool) -> SanitizeResult:
         """Validate and filter: the native one-pass scan when it proves nothing must change, else the walk."""

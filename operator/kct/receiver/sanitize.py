@@ -24,7 +24,7 @@ try:  # the C extension (setup.py); without it every push takes the Python walk
 except ImportError:  # pragma: no cover - depends on the build
     _otlpscan = None  # type: ignore[assignment]
 
-__all__ = ["NATIVE_SCAN", "SanitizeResult", "resource_attribute", "sanitize", "scan_untouched"]
+__all__ = ["NATIVE_SCAN", "SanitizeResult", "resource_attribute", "sanitize", "scan_untouched", "untouched_unparsed"]
 
 # KCT_RECEIVER_NATIVE_SCAN=0 turns the native scan off (to compare, or should it ever be suspected).
 NATIVE_SCAN = _otlpscan is not None and os.environ.get("KCT_RECEIVER_NATIVE_SCAN", "1") != "0"
@@ -75,6 +75,17 @@ def scan_untouched(
     if not attribute_filter.keeps_all_raw(keys):
         return None
     return SanitizeResult(data_points=points)
+
+
+def untouched_unparsed(
+    serialized: bytes, attribute_filter: AttributeFilter, *, check_points: bool = True
+) -> SanitizeResult | None:
+    """As `scan_untouched`, for bytes not parsed yet: None unless the native validator proves that the
+    protobuf runtime parses them (then storing them undecoded is what decoding them would have allowed).
+    An empty body parses but is refused by `decode_request` (400 empty_body): not taken here either."""
+    if not NATIVE_SCAN or not serialized or not _otlpscan.valid(serialized):
+        return None
+    return scan_untouched(serialized, attribute_filter, check_points=check_points)
 
 
 def _check_points(kind: str, points: Any, metric_name: str, result: SanitizeResult) -> None:

@@ -121,3 +121,68 @@ def test_scan_declines_whenever_the_walk_would_change_something(spoil: str) -> N
     filt = AttributeFilter(PrivacyConfig())
     assert scan_untouched(data, filt) is None
     assert sanitize(ExportMetricsServiceRequest.FromString(data), filt).modified
+
+
+def test_validator_table_mirrors_the_installed_protobuf_descriptors() -> None:
+    """Given the installed opentelemetry-proto, then the C validator's table names every field of every
+    message reachable from ExportMetricsServiceRequest with the matching kind, repetition and message type
+    (a field the table lacked would only send pushes to the slow path; a wrong kind could accept bytes upb
+    rejects)."""
+    from google.protobuf.descriptor import FieldDescriptor as FD
+
+    from kct.receiver import _otlpscan
+
+    kinds = {FD.TYPE_STRING: 1, FD.TYPE_BYTES: 2, FD.TYPE_MESSAGE: 6, FD.TYPE_DOUBLE: 4, FD.TYPE_FIXED64: 4,
+             FD.TYPE_SFIXED64: 4, FD.TYPE_FLOAT: 5, FD.TYPE_FIXED32: 5, FD.TYPE_SFIXED32: 5}
+    expected: dict[str, dict[int, tuple[int, int, str]]] = {}
+    todo = [ExportMetricsServiceRequest.DESCRIPTOR]
+    while todo:
+        message = todo.pop()
+        if message.full_name in expected:
+            continue
+        expected[message.full_name] = {
+            f.number: (kinds.get(f.type, 3), int(f.is_repeated), f.message_type.full_name if f.message_type else "")
+            for f in message.fields
+        }
+        todo.extend(f.message_type for f in message.fields if f.message_type)
+    assert _otlpscan.schema() == expected
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_validator_never_accepts_what_upb_rejects(seed: int) -> None:
+    """Given the fuzz seeds, their wire-level mutations and byte-level damage (truncations, flipped bytes),
+    whenever the validator says the bytes parse, upb parses them; and it accepts the clean seeds."""
+    from kct.receiver import _otlpscan
+
+    seeds = [bytes(r.SerializeToString()) for r in seed_requests()]
+    assert all(_otlpscan.valid(s) for s in seeds)
+    mutator = _ProtoMutator(random.Random(seed))
+    rng = random.Random(seed * 7)
+    accepted = rejected_by_upb = 0
+    for _ in range(MUTATIONS):
+        data = mutator.mutate(rng.choice(seeds))
+        if rng.random() < 0.3 and data:
+            i = rng.randrange(len(data))
+            data = data[:i] + bytes([rng.randrange(256)]) + data[i + 1:] if rng.random() < 0.5 else data[:i]
+        try:
+            ExportMetricsServiceRequest.FromString(data)
+            parses = True
+        except DecodeError:
+            parses = False
+            rejected_by_upb += 1
+        if _otlpscan.valid(data):
+            accepted += 1
+            assert parses, f"validator accepted bytes upb rejects: {data.hex()}"
+    assert accepted > 0 and rejected_by_upb > 0
+
+
+def test_unparsed_path_declines_empty_and_unparsable_bodies() -> None:
+    """Given an empty body (refused as empty_body by the decoder) or bytes upb rejects, then the path that
+    skips decoding declines them; a clean push it takes, with its points."""
+    from kct.receiver.sanitize import untouched_unparsed
+
+    filt = AttributeFilter(PrivacyConfig())
+    assert untouched_unparsed(b"", filt) is None
+    assert untouched_unparsed(b"\x0a\x05\x0a\x03\xff\xfe\xfd", filt) is None  # a nested length that lies
+    clean = untouched_unparsed(bytes(_clean_push().SerializeToString()), filt)
+    assert clean is not None and clean.data_points == 101
