@@ -15,8 +15,8 @@ PYTEST_ARGS ?=
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(INSTALLED): pyproject.toml
-	@echo "==> virtualenv $(VENV) with the project and its test extras"
+$(INSTALLED): pyproject.toml setup.py operator/kct/receiver/_otlpscan.c
+	@echo "==> virtualenv $(VENV) with the project (setup.py compiles the receiver's C extension) and its test extras"
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	@$(VPY) -m pip install -q --upgrade pip
 	@$(VPY) -m pip install -q -e '.[test]'
