@@ -12,6 +12,8 @@
 # bookworm bases passed as PYTHON_IMAGE and MAVEN_IMAGE (dev/images/); the tests run that image.
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+# The build stage compiles the receiver's C extension: the same Python with a C compiler and its headers.
+ARG PYTHON_BUILD_IMAGE=python:3.11.14-bookworm
 ARG MAVEN_IMAGE=maven:3.9.11-eclipse-temurin-17
 # The Spark release of the job image: the official image and the connector jars (dev/spark-deps/pom.xml)
 # both follow it. Keep it the release the aggregation job is tested with (pyspark in pyproject.toml).
@@ -51,9 +53,9 @@ ENV PYTHONPATH=/opt/kct/python
 USER 185:185
 
 # ------------------------------------------------------------------ operator and receiver (default)
-FROM ${PYTHON_IMAGE} AS build
+FROM ${PYTHON_BUILD_IMAGE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY operator/ operator/
 # pip's cache lives in a cache mount: rebuilds after a source change reuse the wheels, the image holds none.
 RUN --mount=type=cache,target=/root/.cache/pip \

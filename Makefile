@@ -15,8 +15,8 @@ PYTEST_ARGS ?=
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(INSTALLED): pyproject.toml
-	@echo "==> virtualenv $(VENV) with the project and its test extras"
+$(INSTALLED): pyproject.toml setup.py operator/kct/receiver/_otlpscan.c
+	@echo "==> virtualenv $(VENV) with the project (setup.py compiles the receiver's C extension) and its test extras"
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	@$(VPY) -m pip install -q --upgrade pip
 	@$(VPY) -m pip install -q -e '.[test]'
@@ -36,6 +36,7 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
 	MYPYPATH=dev/demo:operator $(VENV)/bin/mypy --strict dev/demo bench/run_all.py
+	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 
 plugin-test:  ## the broker plugin's JUnit tests (Maven)

@@ -71,6 +71,29 @@ def parse_receiver(output: str) -> list[Figure]:
     ]
 
 
+def parse_versus(output: str) -> list[Figure]:
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    if not lines:
+        return []
+    summary = json.loads(lines[-1])
+    figures: list[Figure] = []
+    for scenario, fig in summary.items():
+        if scenario == "records":
+            continue
+        figures.append((f"{scenario}: pushes/CPU-s kct / Collector (ratio)",
+                        f"{_fmt(fig['kct_per_cpu_s'])} / {_fmt(fig['otelcol_per_cpu_s'])} ({fig['ratio']:.2f}x)"))
+        if "fixed rate" in scenario:
+            figures.append((f"{scenario}: p50 kct / Collector",
+                            f"{fig['kct_p50_ms']:.1f} / {fig['otelcol_p50_ms']:.1f} ms"))
+        figures.append((f"{scenario}: peak RSS kct / Collector",
+                        f"{fig['kct_rss_peak_mb']:.0f} / {fig['otelcol_rss_peak_mb']:.0f} MB"))
+    records = summary.get("records", {})
+    if records:
+        figures.append(("records in the topics == 200s answered (kct, Collector)",
+                        ", ".join(str(records["answered"][n] == records["stored"][n]) for n in ("kct", "otelcol"))))
+    return figures
+
+
 def parse_operator(output: str) -> list[Figure]:
     figures: list[Figure] = []
     match = re.search(r"over (\d+) sequential applies: p50 ([\d.]+) s, p99 ([\d.]+) s", output)
@@ -126,6 +149,9 @@ def parse_plugin(output: str) -> list[Figure]:
 BENCHES: tuple[Bench, ...] = (
     Bench("receiver", "bench/receiver_throughput.py", ("--seconds", "10", "--json"), ("--json",),
           "~10 KB pushes of 100 points, 32 keep-alive connections, real Kafka sink", parse_receiver, 300),
+    Bench("versus", "bench/receiver_vs_collector.py", ("--json",), ("--full", "--json"),
+          "receiver vs OpenTelemetry Collector, same pushes, own broker, servers on one core, interleaved",
+          parse_versus, 1200),
     Bench("operator", "bench/operator_apply_latency.py", ("--applies", "20", "--resources", "500"), (),
           "sequential applies, then 500 resources in one apply", parse_operator, 1500),
     Bench("spark", "bench/spark_throughput.py", ("--pushes", "2000", "--clients", "100"), (),

@@ -35,6 +35,7 @@ __all__ = [
     "BASES",
     "MAVEN_BASE",
     "PYTHON_BASE",
+    "PYTHON_BUILD_BASE",
     "BaseBuild",
     "BaseSpec",
     "BootstrapError",
@@ -119,6 +120,17 @@ PYTHON_BASE = BaseSpec(
     cmd=("python3",),
 )
 
+PYTHON_BUILD_BASE = BaseSpec(
+    name="python-build",
+    stands_for="python:3.11.x-bookworm (PYTHON_BUILD_IMAGE)",
+    # The build stage compiles the receiver's C extension (setup.py): the same python3 as PYTHON_BASE (the
+    # venv built here runs there) plus a C compiler and the Python headers, as the official non-slim image has.
+    packages=(*PYTHON_BASE.packages, "gcc", "libc6-dev", "python3-dev"),
+    env=(("PATH", _PATH), ("LANG", "C.UTF-8")),
+    cmd=("python3",),
+    ships=False,
+)
+
 MAVEN_BASE = BaseSpec(
     name="maven",
     stands_for="maven:3.9.x-eclipse-temurin-17 (MAVEN_IMAGE)",
@@ -130,7 +142,7 @@ MAVEN_BASE = BaseSpec(
     ships=False,
 )
 
-BASES: Mapping[str, BaseSpec] = {spec.name: spec for spec in (PYTHON_BASE, MAVEN_BASE)}
+BASES: Mapping[str, BaseSpec] = {spec.name: spec for spec in (PYTHON_BASE, PYTHON_BUILD_BASE, MAVEN_BASE)}
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from buildah import Buildah, BuildahError
 from container_run import RunError, run, unpack
-from debian_base import BASES, MAVEN_BASE, PYTHON_BASE, BaseSpec, BootstrapError, bootstrap_rootfs
+from debian_base import BASES, MAVEN_BASE, PYTHON_BASE, PYTHON_BUILD_BASE, BaseSpec, BootstrapError, bootstrap_rootfs
 from dockerfile import DockerfileError, context_files, parse_dockerfile, stage_context
 
 __all__ = [
@@ -88,7 +88,9 @@ class ImageSpec:
 
 IMAGES: Mapping[str, ImageSpec] = {
     spec.name: spec for spec in (
-        ImageSpec(name="kct", target="runtime", bases={"PYTHON_IMAGE": PYTHON_BASE, "MAVEN_IMAGE": MAVEN_BASE},
+        ImageSpec(name="kct", target="runtime",
+                  bases={"PYTHON_IMAGE": PYTHON_BASE, "PYTHON_BUILD_IMAGE": PYTHON_BUILD_BASE,
+                         "MAVEN_IMAGE": MAVEN_BASE},
                   description="kct operator / kct receiver, the broker plugin jar in /opt/kct/share/"),
     )
 }

@@ -77,7 +77,7 @@ BROKER_LABELS: Final[tuple[BrokerLabel, ...]] = (
 )
 
 # Metadata the receiver adds to every record, next to the broker labels.
-RECORD_META_PUSH_ID: Final = "kct.push_id"  # uuid4 hex of this push, unique per record
+RECORD_META_PUSH_ID: Final = "kct.push_id"  # 32 hex digits, unique per record (random prefix + counter)
 RECORD_META_RECEIVED_MS: Final = "kct.received_ms"  # receive time, Unix epoch milliseconds
 RECORD_META_CONTENT_TYPE: Final = "kct.content_type"  # the request's Content-Type
 RECORD_META_CONTENT_ENCODING: Final = "kct.content_encoding"  # the request's Content-Encoding

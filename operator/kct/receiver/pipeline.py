@@ -17,6 +17,8 @@ the mTLS client certificate's subject CN, else "".
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,11 +33,20 @@ from kct.receiver.errors import BadRequest, PushRejected, Unavailable
 from kct.receiver.privacy import AttributeFilter
 from kct.receiver.quota import QuotaManager
 from kct.receiver.ratelimit import PushIntervalLimiter, Ticket
-from kct.receiver.sanitize import resource_attribute, sanitize
+from kct.receiver.sanitize import (
+    SanitizeResult,
+    resource_attribute,
+    sanitize,
+    scan_untouched,
+    untouched_unparsed,
+)
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import Telemetry
 
 __all__ = ["Outcome", "Pipeline", "Push"]
+
+# Stands for the message when the native path proved it is not needed (never read, never modified).
+_NOT_DECODED = ExportMetricsServiceRequest()
 
 INSTANCE_ID_ATTRIBUTES = ("client_instance_id", "client.instance.id", "service.instance.id")
 CLIENT_ID_ATTRIBUTES = ("client_id", "client.id")
@@ -57,6 +68,18 @@ class Outcome:
     error_message: str
     client_instance_id: str
     data_points: int
+
+
+class _PushIds:
+    """Push ids: 32 hex digits, a random per-process prefix then a counter. Unique per record like a uuid4
+    (the prefix has 64 random bits) at a tenth of uuid4's cost, which was ~2 % of a push's CPU."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._counter = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+    def next(self) -> bytes:
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFFFFFF:016x}".encode()
 
 
 def _monotonic_ms() -> float:
@@ -121,6 +144,7 @@ class Pipeline:
         self.admission = Admission(lim.max_inflight_requests, lim.max_inflight_bytes, lim.overload_retry_after_seconds)
         self._monotonic_ms = monotonic_ms
         self._wall_ms = wall_ms
+        self._push_ids = _PushIds()
         telemetry.track_state(lambda: len(self.limiter), lambda: len(self.quotas))
 
     async def process(self, push: Push) -> Outcome:
@@ -152,7 +176,10 @@ class Pipeline:
             if data is not push.body:
                 self.admission.reserve(len(data))
                 box.reserved += len(data)
-            request = decode_request(data, push.negotiated.fmt)
+            is_protobuf = push.negotiated.fmt == "protobuf"
+            untouched = self._untouched(data, is_protobuf and instance_id is not None and client_id is not None)
+            # Proven parsable and needing no change, with the ids from headers: nothing reads the message.
+            request = _NOT_DECODED if untouched is not None else decode_request(data, push.negotiated.fmt)
             t2 = perf()
             if push.negotiated.encoding:
                 tel.stage("decompress", t1 - t0)
@@ -168,23 +195,20 @@ class Pipeline:
             self.quotas.admit(user, client_id, len(data), self._monotonic_ms())
 
             t3 = perf()
-            is_protobuf = push.negotiated.fmt == "protobuf"
-            result = sanitize(
-                request,
-                self.filter,
-                point_attributes=not is_protobuf or self.filter.may_drop_in(data),
-                check_points=cfg.validation.check_data_points,
-            )
+            result = untouched or self._sanitize(request, data, is_protobuf)
             if result.data_points == 0 and (result.rejected_data_points or result.dropped_metrics):
                 raise BadRequest("no_valid_data", f"nothing valid in the push: {result.error_message}")
             modified = result.modified or not is_protobuf
             value = request.SerializeToString() if modified else data
+            # The decoded message (several times the wire size) is not needed while awaiting Kafka's ack:
+            # freed now, hundreds of pushes in flight hold only their bytes.
+            del request
             t4 = perf()
             tel.stage("sanitize", t4 - t3)
 
             record_headers.extend(
                 (
-                    (L.RECORD_META_PUSH_ID, uuid.uuid4().hex.encode()),
+                    (L.RECORD_META_PUSH_ID, self._push_ids.next()),
                     (L.RECORD_META_RECEIVED_MS, str(received_ms).encode()),
                     (L.RECORD_META_FORMAT, L.RECORD_VALUE_FORMAT.encode()),
                     (L.RECORD_META_CONTENT_TYPE, push.content_type.encode("utf-8", "replace")),
@@ -209,6 +233,26 @@ class Pipeline:
                 self.limiter.release(box.ticket)
             if box.reserved:
                 self.admission.release(box.reserved)
+
+    def _untouched(self, data: bytes, eligible: bool) -> SanitizeResult | None:
+        """The native path's result for protobuf bytes it proves parsable and in need of no change."""
+        if not eligible:
+            return None
+        return untouched_unparsed(data, self.filter, check_points=self.config.validation.check_data_points)
+
+    def _sanitize(self, request: ExportMetricsServiceRequest, data: bytes, is_protobuf: bool) -> SanitizeResult:
+        """Validate and filter: the native one-pass scan when it proves nothing must change, else the walk."""
+        check_points = self.config.validation.check_data_points
+        if is_protobuf:
+            untouched = scan_untouched(data, self.filter, check_points=check_points)
+            if untouched is not None:
+                return untouched
+        return sanitize(
+            request,
+            self.filter,
+            point_attributes=not is_protobuf or self.filter.may_drop_in(data),
+            check_points=check_points,
+        )
 
     def _instance_id_from(
         self, request: ExportMetricsServiceRequest, box: _TicketBox, interval_ms: int | None, terminating: bool

@@ -62,6 +62,7 @@ class AttributeFilter:
         self._default_keep = config.default_action == "keep"
         self.check_data_points = config.check_data_point_attributes
         self._decisions: dict[str, bool] = {}
+        self._raw_decisions: dict[bytes, bool] = {}
         self._prefilter = _prefilter(config)
 
     def may_drop_in(self, serialized: bytes) -> bool:
@@ -86,6 +87,20 @@ class AttributeFilter:
                 self._decisions.clear()  # senders inventing keys must not grow memory
             self._decisions[key] = decision
         return decision
+
+    def keeps_all_raw(self, keys: Iterable[bytes]) -> bool:
+        """True when every key (UTF-8 bytes, as on the wire) is kept; decisions cached per raw key."""
+        raw = self._raw_decisions
+        for key in keys:
+            decision = raw.get(key)
+            if decision is None:
+                decision = self.keeps(key.decode("utf-8", "surrogateescape"))
+                if len(raw) >= _CACHE_LIMIT:
+                    raw.clear()  # senders inventing keys must not grow memory
+                raw[key] = decision
+            if not decision:
+                return False
+        return True
 
     def filter(self, attributes: MutableSequence[Any]) -> int:
         """Remove the private entries of a repeated `KeyValue` field; return how many were removed."""

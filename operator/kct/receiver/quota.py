@@ -76,9 +76,12 @@ def throttle_delay_ms(total: float, quota_per_s: float, elapsed_ms: float) -> fl
 
 
 class WindowedRate:
-    """A rate over `samples` windows of `window_ms` each (Kafka's SampledStat/Rate, aligned windows)."""
+    """A rate over `samples` windows of `window_ms` each (Kafka's SampledStat/Rate, aligned windows).
 
-    __slots__ = ("_index", "_samples", "_values", "_window_ms", "last_ms")
+    O(1) per push: the live total and the oldest live window are kept, and recomputed from the N slots only
+    when time enters another window (at most once per window per rate)."""
+
+    __slots__ = ("_index", "_oldest", "_samples", "_seen", "_total", "_values", "_window_ms", "last_ms")
 
     def __init__(self, samples: int, window_ms: int) -> None:
         self._samples = samples
@@ -86,20 +89,28 @@ class WindowedRate:
         self._index = [-(10**18)] * samples  # window number held by each slot
         self._values = [0.0] * samples
         self.last_ms = 0.0
+        self._seen = -(10**18)  # the window the cached total and oldest are for
+        self._total = 0.0
+        self._oldest: int | None = None  # oldest live window number; None = none live
 
-    def _live(self, now_ms: float) -> tuple[int, list[int]]:
+    def _advance(self, now_ms: float) -> int:
         current = int(now_ms // self._window_ms)
-        oldest_allowed = current - self._samples + 1
-        return current, [i for i, w in enumerate(self._index) if w >= oldest_allowed]
+        if current != self._seen:
+            oldest_allowed = current - self._samples + 1
+            live = [i for i, w in enumerate(self._index) if oldest_allowed <= w <= current]
+            self._total = sum(self._values[i] for i in live)
+            self._oldest = min((self._index[i] for i in live), default=None)
+            self._seen = current
+        return current
 
     def total(self, now_ms: float) -> float:
-        _, live = self._live(now_ms)
-        return sum(self._values[i] for i in live)
+        self._advance(now_ms)
+        return self._total
 
     def elapsed_ms(self, now_ms: float) -> float:
         """Time the rate is measured over: since the oldest live window began, at least N-1 windows."""
-        current, live = self._live(now_ms)
-        oldest = min((self._index[i] for i in live), default=current)
+        current = self._advance(now_ms)
+        oldest = current if self._oldest is None else self._oldest
         elapsed = now_ms - oldest * self._window_ms
         full_windows = int(elapsed // self._window_ms)
         minimum = self._samples - 1
@@ -108,12 +119,16 @@ class WindowedRate:
         return elapsed
 
     def record(self, value: float, now_ms: float) -> None:
-        current = int(now_ms // self._window_ms)
+        current = self._advance(now_ms)
         slot = current % self._samples
         if self._index[slot] != current:
+            # the slot held a window at least N old: not live, not in the cached total
             self._index[slot] = current
             self._values[slot] = 0.0
         self._values[slot] += value
+        self._total += value
+        if self._oldest is None:
+            self._oldest = current
         self.last_ms = now_ms
 
     def delay_if_recorded(self, value: float, quota_per_s: float, now_ms: float) -> float:
@@ -230,6 +245,9 @@ class QuotaManager:
         rate = rates.get(key)
         if rate is None:
             rate = WindowedRate(self._config.window_count, self._config.window_size_ms)
+            # touched now: else the lookup of this push's other quota kind would drop it as idle before it
+            # records anything, and this kind's rate would start from zero on every push (never throttle)
+            rate.last_ms = now_ms
             rates[key] = rate
         else:
             rates.move_to_end(key)

@@ -10,14 +10,23 @@
 Names are OpenTelemetry semantic-convention names, exposed for Prometheus with the usual conversion
 (dots -> underscores, unit suffix, `_total` on counters). A disabled layer registers nothing and costs a
 no-op call: enable only the layers you look at.
+
+The per-push recording is plain integer and float arithmetic on this module's own accumulators (a bisect
+and two additions per observation, no lock: everything runs on the event loop's thread); prometheus_client
+only formats them when /metrics is scraped. Its own Histogram and Counter objects take a lock and walk
+the buckets on every call, which was ~4 % of a push's CPU.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from kct.receiver.config import ObservabilityConfig
 
@@ -26,6 +35,72 @@ __all__ = ["CONTENT_TYPE_LATEST", "Telemetry"]
 _DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _STAGE_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 _SIZE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+
+
+class _Histogram:
+    """Observations per label values: per-bucket counts (not cumulative) and their sum, exposed as a
+    Prometheus histogram (cumulative `le` buckets, `_count`, `_sum`) when scraped."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.bounds = tuple(float(b) for b in buckets)
+        self._les = [str(floatToGoString(b)) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+        self.series: dict[tuple[str, ...], list[float]] = {}  # counts per bucket (+Inf last), then the sum
+
+    def child(self, *labelvalues: str) -> Callable[[float], None]:
+        """The observe function of one label set (a closure over its accumulator list)."""
+        acc = self.series.get(labelvalues)
+        if acc is None:
+            acc = self.series[labelvalues] = [0.0] * (len(self.bounds) + 2)
+        bounds, sum_index = self.bounds, len(self.bounds) + 1
+
+        def observe(value: float) -> None:
+            acc[bisect_left(bounds, value)] += 1  # `le` buckets: value <= bound
+            acc[sum_index] += value
+
+        return observe
+
+    def collect(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labelvalues, acc in self.series.items():
+            running, buckets = 0.0, []
+            for le, count in zip(self._les, acc, strict=False):
+                running += count
+                buckets.append((le, running))
+            family.add_metric(list(labelvalues), buckets, acc[-1])
+        return family
+
+
+class _Counter:
+    """A counter per label values, exposed with the `_total` suffix when scraped."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, labelvalues: tuple[str, ...], amount: float = 1.0) -> None:
+        self.values[labelvalues] = self.values.get(labelvalues, 0.0) + amount
+
+    def collect(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labelvalues, value in self.values.items():
+            family.add_metric(list(labelvalues), value)
+        return family
+
+
+class _Families(Collector):
+    """Registers this module's accumulators with a prometheus_client registry, formatted at scrape time."""
+
+    def __init__(self, *families: _Histogram | _Counter) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.families:
+            yield family.collect()
+
+    def describe(self) -> Iterator[Metric]:
+        for family in self.families:
+            yield family.collect()
 
 
 def _noop(*_args: object, **_kwargs: object) -> None:
@@ -57,109 +132,107 @@ class Telemetry:
 
     # -- ingress ---------------------------------------------------------------------------------
     def _ingress(self) -> None:
-        reg = self.registry
-        duration = Histogram(
+        duration = _Histogram(
             "http_server_request_duration_seconds",
             "Duration of HTTP server requests (http.server.request.duration).",
             ["http_request_method", "http_route", "http_response_status_code"],
-            buckets=_DURATION_BUCKETS,
-            registry=reg,
+            _DURATION_BUCKETS,
         )
-        body = Histogram(
+        body = _Histogram(
             "http_server_request_body_size_bytes",
             "Size of HTTP request bodies as received (http.server.request.body.size).",
             ["http_request_method", "http_route"],
-            buckets=_SIZE_BUCKETS,
-            registry=reg,
+            _SIZE_BUCKETS,
         )
-        active = Gauge(
-            "http_server_active_requests", "Active HTTP server requests (http.server.active_requests).",
-            registry=reg,
-        )
-        rejections = Counter(
+        rejections = _Counter(
             "kct_receiver_rejections",
             "Pushes refused, by reason (kct.receiver.rejections).",
             ["reason", "http_response_status_code"],
-            registry=reg,
         )
-        dur_children: dict[tuple[str, str, int], Histogram] = {}
-        body_children: dict[tuple[str, str], Histogram] = {}
-        rej_children: dict[tuple[str, int], Counter] = {}
+        self.registry.register(_Families(duration, body, rejections))
+        active = [0]
+        Gauge(
+            "http_server_active_requests", "Active HTTP server requests (http.server.active_requests).",
+            registry=self.registry,
+        ).set_function(lambda: float(active[0]))
+        dur_children: dict[tuple[str, str, int], Callable[[float], None]] = {}
+        body_children: dict[tuple[str, str], Callable[[float], None]] = {}
 
         def request_done(method: str, route: str, status: int, seconds: float, size: int) -> None:
             key = (method, route, status)
-            child = dur_children.get(key)
-            if child is None:
-                child = dur_children[key] = duration.labels(method, route, str(status))
-            child.observe(seconds)
+            observe = dur_children.get(key)
+            if observe is None:
+                observe = dur_children[key] = duration.child(method, route, str(status))
+            observe(seconds)
             if size >= 0:
                 bkey = (method, route)
-                bchild = body_children.get(bkey)
-                if bchild is None:
-                    bchild = body_children[bkey] = body.labels(method, route)
-                bchild.observe(size)
+                bobserve = body_children.get(bkey)
+                if bobserve is None:
+                    bobserve = body_children[bkey] = body.child(method, route)
+                bobserve(size)
 
         def rejected(reason: str, status: int) -> None:
-            key = (reason, status)
-            child = rej_children.get(key)
-            if child is None:
-                child = rej_children[key] = rejections.labels(reason, str(status))
-            child.inc()
+            rejections.inc((reason, str(status)))
+
+        def active_add(n: int) -> None:
+            active[0] += n
 
         self.request_done = request_done
         self.rejected = rejected
-        self.active_add = active.inc
+        self.active_add = active_add
 
     # -- pipeline --------------------------------------------------------------------------------
     def _pipeline(self) -> None:
-        reg = self.registry
-        stage = Histogram(
+        stage = _Histogram(
             "kct_receiver_pipeline_stage_duration_seconds",
             "Time per pipeline stage (kct.receiver.pipeline.stage.duration).",
             ["stage"],
-            buckets=_STAGE_BUCKETS,
-            registry=reg,
+            _STAGE_BUCKETS,
         )
-        points = Counter(
-            "kct_receiver_data_points", "Data points received, by outcome (kct.receiver.data_points).",
-            ["outcome"], registry=reg,
+        points = _Counter(
+            "kct_receiver_data_points", "Data points received, by outcome (kct.receiver.data_points).", ["outcome"]
         )
-        pushes = Counter(
+        pushes = _Counter(
             "kct_receiver_pushes", "Pushes stored, by whether the value was re-encoded (kct.receiver.pushes).",
-            ["modified"], registry=reg,
+            ["modified"],
         )
-        dropped = Counter(
+        dropped = _Counter(
             "kct_receiver_attributes_dropped",
             "Private attributes removed (KIP-714) (kct.receiver.attributes.dropped).",
-            registry=reg,
+            [],
         )
-        throttle = Histogram(
+        throttle = _Histogram(
             "kct_receiver_throttle_time_seconds",
             "Retry-After given to rate-limited or quota-throttled pushes (kct.receiver.throttle.time).",
             ["reason"],
-            buckets=(1, 2, 5, 10, 30, 60, 300),
-            registry=reg,
+            (1, 2, 5, 10, 30, 60, 300),
         )
-        stage_children: dict[str, Histogram] = {}
-        accepted_points, rejected_points = points.labels("accepted"), points.labels("rejected")
-        pushes_modified, pushes_untouched = pushes.labels("true"), pushes.labels("false")
+        self.registry.register(_Families(stage, points, pushes, dropped, throttle))
+        # the series every scrape shows, even at 0 (as prometheus_client's labelled children did)
+        for outcome in ("accepted", "rejected"):
+            points.inc((outcome,), 0.0)
+        for modified in ("true", "false"):
+            pushes.inc((modified,), 0.0)
+        dropped.inc((), 0.0)
+        stage_children: dict[str, Callable[[float], None]] = {}
+        values = points.values
 
         def stage_done(name: str, seconds: float) -> None:
-            child = stage_children.get(name)
-            if child is None:
-                child = stage_children[name] = stage.labels(name)
-            child.observe(seconds)
+            observe = stage_children.get(name)
+            if observe is None:
+                observe = stage_children[name] = stage.child(name)
+            observe(seconds)
 
         def push_accepted(kept: int, rejected: int, attributes_dropped: int, modified: bool) -> None:
-            accepted_points.inc(kept)
+            values[("accepted",)] += kept
             if rejected:
-                rejected_points.inc(rejected)
+                values[("rejected",)] += rejected
             if attributes_dropped:
-                dropped.inc(attributes_dropped)
-            (pushes_modified if modified else pushes_untouched).inc()
+                dropped.inc((), attributes_dropped)
+            pushes.inc(("true",) if modified else ("false",))
 
         def throttled(reason: str, seconds: float) -> None:
-            throttle.labels(reason).observe(seconds)
+            throttle.child(reason)(seconds)
 
         self.stage = stage_done
         self.push_accepted = push_accepted
@@ -179,35 +252,28 @@ class Telemetry:
 
     # -- sink ------------------------------------------------------------------------------------
     def _sink(self) -> None:
-        reg = self.registry
-        labels = ["messaging_system", "messaging_operation_name", "messaging_destination_name", "error_type"]
-        duration = Histogram(
+        duration = _Histogram(
             "messaging_client_operation_duration_seconds",
             "Time from produce to Kafka's acknowledgement (messaging.client.operation.duration).",
-            labels,
-            buckets=_DURATION_BUCKETS,
-            registry=reg,
+            ["messaging_system", "messaging_operation_name", "messaging_destination_name", "error_type"],
+            _DURATION_BUCKETS,
         )
-        sent = Counter(
+        sent = _Counter(
             "messaging_client_sent_messages",
             "Records handed to Kafka, by outcome (messaging.client.sent.messages).",
             ["messaging_system", "messaging_destination_name", "error_type"],
-            registry=reg,
         )
+        self.registry.register(_Families(duration, sent))
         topic = self._topic
-        dur_children: dict[str, Histogram] = {}
-        sent_children: dict[str, Counter] = {}
+        dur_children: dict[str, Callable[[float], None]] = {}
 
         def sent_done(seconds: float, error_type: str | None) -> None:
             err = error_type or ""
-            d = dur_children.get(err)
-            if d is None:
-                d = dur_children[err] = duration.labels("kafka", "send", topic, err)
-            d.observe(seconds)
-            s = sent_children.get(err)
-            if s is None:
-                s = sent_children[err] = sent.labels("kafka", topic, err)
-            s.inc()
+            observe = dur_children.get(err)
+            if observe is None:
+                observe = dur_children[err] = duration.child("kafka", "send", topic, err)
+            observe(seconds)
+            sent.inc(("kafka", topic, err))
 
         self.sent = sent_done
 

@@ -684,6 +684,9 @@ class Generator:
             kind += "+token-variant"
 
         headers.append(("kct-client-instance-id", tag))
+        if rng.random() < 0.5:
+            # with both ids in headers the receiver may store a push without decoding it (native validator)
+            headers.append(("kct-client-id", "fuzz-producer"))
         if rng.random() < 0.15:
             headers.extend(self._label_headers())
             kind += "+labels"

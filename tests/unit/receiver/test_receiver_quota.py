@@ -156,3 +156,55 @@ def test_overrides_file_is_reloaded_without_restart(tmp_path: Path) -> None:
     assert not manager.reload_if_changed()
     assert manager.resolve("push_rate", "", "app").limit == 7.0
     assert manager.reload_errors == 1
+
+
+def _naive_total_and_elapsed(
+    events: list[tuple[float, float]], now: float, samples: int, window: int
+) -> tuple[float, float]:
+    """KIP-13 from first principles: the sum over the last `samples` aligned windows, and the time since the
+    oldest of those windows that holds a sample began, counted as at least samples - 1 windows."""
+    current = int(now // window)
+    live = [(int(t // window), v) for t, v in events if current - samples + 1 <= int(t // window) <= current]
+    total = sum(v for _, v in live)
+    oldest = min((w for w, _ in live), default=current)
+    elapsed = now - oldest * window
+    full = int(elapsed // window)
+    if full < samples - 1:
+        elapsed += (samples - 1 - full) * window
+    return total, elapsed
+
+
+def test_windowed_rate_incremental_total_matches_first_principles() -> None:
+    """Given pseudo-random pushes over 60 s (gaps up to 3 s, so windows expire and are reused), then after every
+    one the O(1) rate's total and elapsed time equal a from-scratch computation over all recorded pushes."""
+    import random
+
+    rnd = random.Random(714)
+    rate = WindowedRate(samples=5, window_ms=1000)
+    events: list[tuple[float, float]] = []
+    now = 0.0
+    while now < 60_000:
+        now += rnd.choice((1.0, 10.0, 250.0, 999.0, 1000.0, 3000.0))
+        value = float(rnd.randint(1, 1000))
+        rate.record(value, now)
+        events.append((now, value))
+        probe = now + rnd.choice((0.0, 500.0, 4000.0))
+        total, elapsed = _naive_total_and_elapsed(events, probe, 5, 1000)
+        assert rate.total(probe) == pytest.approx(total)
+        assert rate.elapsed_ms(probe) == pytest.approx(elapsed)
+        now = probe
+
+
+def test_byte_quota_accumulates_when_a_push_quota_is_set_too() -> None:
+    """Given a byte-rate and a push-rate quota for the same client, when it pushes 1 MB at a time within the
+    same second (50 s after the receiver started), then the byte rate accumulates across pushes and throttles
+    after 9 MB (a fresh rate is measured over N-1 = 9 windows): a rate created by this very push must not be
+    dropped as idle by the lookup of the push rate."""
+    manager = QuotaManager(QuotasConfig(default_byte_rate=1 * MB, default_push_rate=1000.0))
+    admitted = 0
+    with pytest.raises(TooManyRequests) as refused:
+        for _ in range(100):
+            manager.admit("alice", "app", 1 * MB, 50_000.0)
+            admitted += 1
+    assert refused.value.reason == "quota_byte_rate"
+    assert admitted == 9

@@ -1,0 +1,3 @@
+module kct.dev/bench/loadgen
+
+go 1.22

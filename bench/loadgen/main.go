@@ -1,0 +1,310 @@
+// Command loadgen sends the same OTLP/HTTP push to a receiver, either at a fixed concurrency (each
+// keep-alive connection sends its next push when the previous one is answered) or at a fixed rate
+// (pushes scheduled on a clock, latency measured from the scheduled time so a stalled server is not
+// hidden). It is compiled so that it costs the machine far less CPU than the servers it measures.
+//
+// Protocol with bench/receiver_vs_collector.py: after the warm-up it prints the line "MEASURE" on stdout,
+// at the end "DONE" and then one JSON line with the figures of the measured period (and the 200s of
+// the warm-up, which also produced Kafka records).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// runID makes every run's client instance ids new to the receiver, whose push-interval rate limit would
+// otherwise refuse a second push of the same id within the interval.
+var runID = time.Now().UnixNano()
+
+type result struct {
+	Seconds    float64        `json:"seconds"`
+	OK         int64          `json:"ok"`
+	WarmupOK   int64          `json:"warmup_ok"`
+	Statuses   map[string]int `json:"statuses"`
+	Errors     int64          `json:"errors"`
+	P50ms      float64        `json:"p50_ms"`
+	P99ms      float64        `json:"p99_ms"`
+	Sent       int64          `json:"sent"`
+	Late       int64          `json:"late"`
+	PushesPerS float64        `json:"pushes_per_s"`
+}
+
+type recorder struct {
+	mu        sync.Mutex
+	latencies []float64
+	statuses  map[int]int
+	ok        atomic.Int64
+	errors    atomic.Int64
+}
+
+func (r *recorder) add(status int, latency time.Duration) {
+	r.mu.Lock()
+	r.latencies = append(r.latencies, float64(latency.Microseconds())/1000.0)
+	r.statuses[status]++
+	r.mu.Unlock()
+	if status == 200 {
+		r.ok.Add(1)
+	}
+}
+
+type conn struct {
+	c   net.Conn
+	br  *bufio.Reader
+	buf []byte
+}
+
+func dial(addr string) (*conn, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{c: c, br: bufio.NewReaderSize(c, 16384)}, nil
+}
+
+// request builds one push with its own client instance id, as the broker plugin sends it.
+func request(body []byte, gzip bool, token string, id string) []byte {
+	var b bytes.Buffer
+	b.WriteString("POST /v1/metrics HTTP/1.1\r\nHost: bench\r\nContent-Type: application/x-protobuf\r\n")
+	b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n")
+	b.WriteString("Authorization: Bearer " + token + "\r\n")
+	b.WriteString("kct-client-instance-id: " + id + "\r\n")
+	b.WriteString("kct-client-id: bench-producer\r\nkct-client-software-name: librdkafka\r\n")
+	b.WriteString("kct-client-software-version: 2.16.0\r\nkct-client-source-address: 10.0.0.7\r\n")
+	b.WriteString("kct-client-source-port: 51234\r\nkct-principal: User:bench\r\nkct-broker-id: 1\r\n")
+	b.WriteString("kct-terminating: false\r\nkct-push-interval-ms: 60000\r\n")
+	if gzip {
+		b.WriteString("Content-Encoding: gzip\r\n")
+	}
+	b.WriteString("\r\n")
+	b.Write(body)
+	return b.Bytes()
+}
+
+// roundTrip writes one request and reads the status and body of its answer (Content-Length framed).
+func (c *conn) roundTrip(req []byte) (int, error) {
+	if _, err := c.c.Write(req); err != nil {
+		return 0, err
+	}
+	status, length := 0, 0
+	for first := true; ; first = false {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return 0, err
+		}
+		if first {
+			if len(line) < 12 {
+				return 0, fmt.Errorf("short status line %q", line)
+			}
+			status, _ = strconv.Atoi(string(line[9:12]))
+			continue
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if len(line) > 15 && bytes.EqualFold(line[:15], []byte("content-length:")) {
+			length, _ = strconv.Atoi(string(bytes.TrimSpace(line[15:])))
+		}
+	}
+	if length > 0 {
+		if cap(c.buf) < length {
+			c.buf = make([]byte, length)
+		}
+		if _, err := ioReadFull(c.br, c.buf[:length]); err != nil {
+			return 0, err
+		}
+	}
+	return status, nil
+}
+
+func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := r.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+type settings struct {
+	addr, token    string
+	body           []byte
+	gzip           bool
+	connections    int
+	rate           float64
+	warmup, length time.Duration
+}
+
+// closedLoop: every connection sends its next push as soon as the previous one is answered.
+func closedLoop(s settings, until time.Time, rec *recorder, idBase int) {
+	var wg sync.WaitGroup
+	for i := 0; i < s.connections; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			var c *conn
+			for n := 0; time.Now().Before(until); n++ {
+				if c == nil {
+					var err error
+					if c, err = dial(s.addr); err != nil {
+						rec.errors.Add(1)
+						time.Sleep(10 * time.Millisecond)
+						continue
+					}
+				}
+				req := request(s.body, s.gzip, s.token, fmt.Sprintf("bench-%x-%d-%d-%d", runID, idBase, i, n))
+				started := time.Now()
+				status, err := c.roundTrip(req)
+				if err != nil {
+					rec.errors.Add(1)
+					c.c.Close()
+					c = nil
+					continue
+				}
+				rec.add(status, time.Since(started))
+				if status == 429 || status == 503 {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			if c != nil {
+				c.c.Close()
+			}
+		}(i)
+	}
+	wg.Wait()
+}
+
+// openLoop: pushes scheduled every 1/rate s over a pool of connections; latency from the scheduled time.
+func openLoop(s settings, until time.Time, rec *recorder, idBase int, late *atomic.Int64, sent *atomic.Int64) {
+	slots := make(chan time.Time, s.connections*4)
+	var wg sync.WaitGroup
+	for i := 0; i < s.connections; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			var c *conn
+			n := 0
+			for scheduled := range slots {
+				if c == nil {
+					var err error
+					if c, err = dial(s.addr); err != nil {
+						rec.errors.Add(1)
+						continue
+					}
+				}
+				n++
+				req := request(s.body, s.gzip, s.token, fmt.Sprintf("bench-%x-%d-%d-%d", runID, idBase, i, n))
+				status, err := c.roundTrip(req)
+				if err != nil {
+					rec.errors.Add(1)
+					c.c.Close()
+					c = nil
+					continue
+				}
+				rec.add(status, time.Since(scheduled))
+			}
+			if c != nil {
+				c.c.Close()
+			}
+		}(i)
+	}
+	interval := time.Duration(float64(time.Second) / s.rate)
+	next := time.Now()
+	for next.Before(until) {
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+		select {
+		case slots <- next:
+			sent.Add(1)
+		default:
+			late.Add(1) // every connection busy and the queue full: the server cannot keep the rate
+		}
+		next = next.Add(interval)
+	}
+	close(slots)
+	wg.Wait()
+}
+
+func percentile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)))
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return sorted[i]
+}
+
+func run(s settings, idBase int, late, sent *atomic.Int64) *recorder {
+	rec := &recorder{statuses: map[int]int{}}
+	until := time.Now().Add(s.length)
+	if s.rate > 0 {
+		openLoop(s, until, rec, idBase, late, sent)
+	} else {
+		closedLoop(s, until, rec, idBase)
+	}
+	return rec
+}
+
+func main() {
+	var s settings
+	var bodyPath string
+	var seconds, warmup float64
+	flag.StringVar(&s.addr, "addr", "127.0.0.1:4318", "host:port of the server")
+	flag.StringVar(&s.token, "token", "bench-token", "bearer token")
+	flag.StringVar(&bodyPath, "body", "", "file with the request body (already compressed when -gzip)")
+	flag.BoolVar(&s.gzip, "gzip", false, "send Content-Encoding: gzip")
+	flag.IntVar(&s.connections, "connections", 32, "keep-alive connections")
+	flag.Float64Var(&s.rate, "rate", 0, "pushes per second (0: as fast as the connections are answered)")
+	flag.Float64Var(&seconds, "seconds", 10, "measured seconds")
+	flag.Float64Var(&warmup, "warmup", 2, "unmeasured seconds first")
+	flag.Parse()
+	body, err := os.ReadFile(bodyPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	s.body = body
+	var late, sent atomic.Int64
+	warmOK := int64(0)
+	if warmup > 0 {
+		w := s
+		w.length = time.Duration(warmup * float64(time.Second))
+		warmOK = run(w, 1, &late, &sent).ok.Load()
+	}
+	late.Store(0)
+	sent.Store(0)
+	fmt.Println("MEASURE")
+	started := time.Now()
+	s.length = time.Duration(seconds * float64(time.Second))
+	rec := run(s, 2, &late, &sent)
+	elapsed := time.Since(started).Seconds()
+	fmt.Println("DONE")
+	sort.Float64s(rec.latencies)
+	statuses := map[string]int{}
+	for k, v := range rec.statuses {
+		statuses[strconv.Itoa(k)] = v
+	}
+	out := result{
+		Seconds: elapsed, OK: rec.ok.Load(), WarmupOK: warmOK, Statuses: statuses, Errors: rec.errors.Load(),
+		P50ms: percentile(rec.latencies, 0.50), P99ms: percentile(rec.latencies, 0.99),
+		Sent: sent.Load(), Late: late.Load(), PushesPerS: float64(rec.ok.Load()) / elapsed,
+	}
+	enc, _ := json.Marshal(out)
+	fmt.Println(string(enc))
+}

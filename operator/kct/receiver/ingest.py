@@ -1,0 +1,237 @@
+"""The lean ingest path: `POST /v1/metrics` read straight off the socket, everything else served by aiohttp.
+
+aiohttp's request machinery (parser callbacks, Request/Response objects, router, writer) was about a third
+of the receiver's CPU per push. This asyncio protocol owns the listening socket and reads request heads
+itself, but only accepts the plainest form of the one request the brokers send:
+
+    POST /v1/metrics HTTP/1.1, one Content-Length, token-named headers with printable ASCII values,
+    no Transfer-Encoding, Expect, Upgrade, obs-fold, or repeated header, a head under 8 KiB
+
+Anything else, on any request of a connection, hands the connection over to aiohttp at that request's
+first byte (its RequestHandler gets the transport and the unread bytes), so every other route, every
+unusual or malformed request and every error the HTTP parser answers behave exactly as aiohttp does. The
+push itself goes through `ReceiverServer.handle_push`, the same code as the aiohttp route.
+
+Requests on one connection are answered in order, one at a time (as aiohttp does): while a push waits for
+Kafka, what else the sender writes is buffered (reading pauses only past one maximal request, so the usual
+one-push-at-a-time sender costs no pause/resume system calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from email.utils import formatdate
+from typing import TYPE_CHECKING, Any
+
+from kct.receiver.errors import BadRequest
+
+if TYPE_CHECKING:
+    from kct.receiver.server import Answer, ReceiverServer
+
+__all__ = ["LeanIngestProtocol", "common_name", "encode_answer", "parse_head"]
+
+MAX_HEAD = 8192
+_PREFIX = b"POST /v1/metrics HTTP/1.1\r\n"
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# header values: visible ASCII, space and tab (no obs-text, no controls)
+_VALUE_BAD = bytes(c for c in range(256) if not (c == 9 or 32 <= c <= 126))
+_REFUSED = frozenset({"transfer-encoding", "expect", "upgrade"})
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 413: "Payload Too Large",
+            415: "Unsupported Media Type", 429: "Too Many Requests", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+
+
+class _Date:
+    """The Date header, formatted once per second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def header(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = f"Date: {formatdate(now, usegmt=True)}\r\n".encode()
+        return self._value
+
+
+_DATE = _Date()
+
+
+def common_name(cert: Any) -> str | None:
+    """The subject CN of a peer certificate as `ssl` reports it (None without one)."""
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def parse_head(head: bytes) -> tuple[dict[str, str], int, bool] | None:
+    """(headers by lower-case name, Content-Length, keep-alive) for a head this path accepts, else None.
+    `head` is the bytes after the request line, without the final CRLF CRLF."""
+    headers: dict[str, str] = {}
+    for line in head.split(b"\r\n") if head else ():
+        name, sep, value = line.partition(b":")
+        if not sep or not name or not _TOKEN.issuperset(name) or value.translate(None, _VALUE_BAD) != value:
+            return None
+        key = name.decode("ascii").lower()
+        if key in headers or key in _REFUSED:
+            return None
+        headers[key] = value.strip(b" \t").decode("ascii")
+    length = headers.get("content-length")
+    if length is None or not length.isdigit() or len(length) > 12:
+        return None
+    connection = headers.get("connection", "keep-alive").lower()
+    if connection not in ("keep-alive", "close"):
+        return None
+    return headers, int(length), connection == "keep-alive"
+
+
+def encode_answer(answer: Answer, keep_alive: bool) -> bytes:
+    extra = "".join(f"{k}: {v}\r\n" for k, v in answer.headers)
+    head = (f"HTTP/1.1 {answer.status} {_REASONS.get(answer.status, 'Unknown')}\r\n"
+            f"Content-Type: {answer.content_type}\r\nContent-Length: {len(answer.body)}\r\n{extra}"
+            f"{'' if keep_alive else 'Connection: close' + chr(13) + chr(10)}").encode()
+    return head + _DATE.header() + b"Server: kct-receiver\r\n\r\n" + answer.body
+
+
+class LeanIngestProtocol(asyncio.Protocol):
+    def __init__(self, server: ReceiverServer, aiohttp_factory: Callable[[], Any],
+                 connections: set[LeanIngestProtocol]) -> None:
+        self._server = server
+        self._aiohttp_factory = aiohttp_factory
+        self._connections = connections
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._busy = False  # a push of this connection is being handled
+        self._closed = False
+        self._eof = False
+        self._paused = False
+        self._peer: str | None = None
+
+    # -- connection ------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # a stream transport (TCP or TLS)
+        self._connections.add(self)
+        self._peer = common_name(transport.get_extra_info("peercert"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if not self._busy:
+            self._next()
+        elif len(self._buffer) > self._server.config.limits.max_compressed_bytes + MAX_HEAD:
+            # a sender pipelining while its push is handled: stop reading until that one is answered
+            assert self._transport is not None
+            self._transport.pause_reading()
+            self._paused = True
+
+    def eof_received(self) -> bool | None:
+        if self._busy:
+            self._eof = True  # answer the push being handled, then close
+            return True
+        if not self._buffer:
+            return None
+        head = self._complete_head()
+        if head is None:
+            self._hand_over()  # a partial head then EOF: aiohttp deals with it as it would have
+            return None
+        # a push whose body the sender cut short: refused as the aiohttp route refuses it (incomplete_body)
+        headers, length, _, _ = head
+        self._buffer = bytearray()
+        self._eof = True
+        self._start(headers, length, None, keep_alive=False)
+        return True
+
+    @property
+    def idle(self) -> bool:
+        return not self._busy and not self._buffer
+
+    def close(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.close()
+
+    # -- requests --------------------------------------------------------------------------------
+    def _complete_head(self) -> tuple[dict[str, str], int, bool, int] | None:
+        """(headers, Content-Length, keep-alive, body offset) when the buffer starts with a whole head this
+        path accepts; None otherwise."""
+        buf = self._buffer
+        if not buf.startswith(_PREFIX):
+            return None
+        end = buf.find(b"\r\n\r\n", 0, MAX_HEAD)
+        if end < 0:
+            return None
+        parsed = parse_head(bytes(buf[len(_PREFIX):end]))
+        if parsed is None or self._server.lean_disabled:
+            return None
+        return (*parsed, end + 4)
+
+    def _next(self) -> None:
+        """Start the next complete request in the buffer, hand the connection over, or wait for more."""
+        buf = self._buffer
+        if not buf:
+            return
+        if len(buf) < len(_PREFIX) and _PREFIX.startswith(buf):
+            return
+        head = self._complete_head()
+        if head is None:
+            if not buf.startswith(_PREFIX) or buf.find(b"\r\n\r\n", 0, MAX_HEAD) >= 0 or len(buf) >= MAX_HEAD:
+                self._hand_over()
+            return  # else the head is still arriving
+        headers, length, keep_alive, body_start = head
+        if length > self._server.config.limits.max_compressed_bytes:
+            # refused on its declared length; the body is not read, so the connection is not reused
+            del buf[:body_start]
+            self._start(headers, length, b"", keep_alive=False)
+            return
+        if len(buf) < body_start + length:
+            return  # the body is still arriving
+        body = bytes(buf[body_start:body_start + length])
+        del buf[:body_start + length]
+        self._start(headers, length, body, keep_alive)
+
+    def _start(self, headers: dict[str, str], length: int, body: bytes | None, keep_alive: bool) -> None:
+        self._busy = True
+        asyncio.get_running_loop().create_task(self._answer(headers, length, body, keep_alive))
+
+    async def _answer(self, headers: dict[str, str], length: int, body: bytes | None, keep_alive: bool) -> None:
+        async def read_body() -> bytes:
+            if body is None:
+                raise BadRequest("incomplete_body", "the connection closed before the request body was complete")
+            return body
+
+        answer = await self._server.handle_push(headers, length, read_body, self._peer)
+        transport = self._transport
+        if self._closed or transport is None:
+            return
+        keep_alive = keep_alive and not self._server.draining and not self._eof
+        transport.write(encode_answer(answer, keep_alive))
+        self._busy = False
+        if not keep_alive:
+            transport.close()
+            return
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        self._next()
+
+    def _hand_over(self) -> None:
+        """From this request on, the connection is aiohttp's: its handler gets the transport and the bytes."""
+        transport = self._transport
+        assert transport is not None
+        self._connections.discard(self)
+        handler = self._aiohttp_factory()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        pending, self._buffer = bytes(self._buffer), bytearray()
+        if pending:
+            handler.data_received(pending)

@@ -1,0 +1,188 @@
+"""The native one-pass scan (kct.receiver._otlpscan) against the Python walk it short-cuts.
+
+The scan may only answer "nothing to change, N points"; when it answers, the Python walk over the same
+bytes must agree exactly (points counted, nothing rejected, no attribute dropped). Checked on the fuzz
+seeds, on thousands of wire-level mutations of them (the fuzzer's mutator), and on crafted pushes; and the
+scan must actually answer for clean pushes, or it would be useless (and this test vacuous).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from otlp_fuzz import _ProtoMutator, seed_requests
+from preconditions import require_module
+
+from kct.receiver.config import PrivacyConfig
+from kct.receiver.privacy import AttributeFilter
+from kct.receiver.sanitize import sanitize, scan_untouched
+
+require_module("kct.receiver._otlpscan", "the receiver's C extension (pip install -e . builds it)")
+
+MUTATIONS = 4000
+
+
+def _clean_push(points: int = 100) -> ExportMetricsServiceRequest:
+    req = ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add()
+    kv = rm.resource.attributes.add()
+    kv.key, kv.value.string_value = "service.name", "bench"
+    sm = rm.scope_metrics.add()
+    sm.scope.name = "librdkafka"
+    for m in range(10):
+        metric = sm.metrics.add()
+        metric.name = f"org.apache.kafka.m{m}"
+        dps = metric.sum.data_points if m % 2 else metric.gauge.data_points
+        for p in range(points // 10):
+            dp = dps.add()
+            dp.as_double = p * 1.5
+            akv = dp.attributes.add()
+            akv.key, akv.value.string_value = "topic", f"t{p}"
+    hist = sm.metrics.add()
+    hist.name = "latency"
+    hp = hist.histogram.data_points.add()
+    hp.bucket_counts.extend([1, 2, 3])
+    hp.explicit_bounds.extend([1.0, 2.0])
+    return req
+
+
+def _agree(data: bytes, filt: AttributeFilter, check_points: bool) -> bool | None:
+    """None when the bytes do not parse (the scan never sees those); else whether the scan answered."""
+    try:
+        request = ExportMetricsServiceRequest.FromString(data)
+    except DecodeError:
+        return None
+    native = scan_untouched(data, filt, check_points=check_points)
+    walked = sanitize(request, filt, point_attributes=True, check_points=check_points)
+    if native is None:
+        return False
+    assert not walked.modified, f"the scan said untouched, the walk changed something: {walked}"
+    assert (native.data_points, native.rejected_data_points, native.dropped_attributes) == (
+        walked.data_points, 0, 0
+    )
+    return True
+
+
+@pytest.mark.parametrize("check_points", [True, False])
+def test_scan_agrees_with_the_walk_on_seeds_and_mutations(check_points: bool) -> None:
+    """Given the fuzz seeds and wire-level mutations of them, whenever the scan answers, the walk agrees."""
+    filt = AttributeFilter(PrivacyConfig())
+    seeds = [bytes(r.SerializeToString()) for r in seed_requests()]
+    mutator = _ProtoMutator(random.Random(714 + check_points))
+    answered = parsed = 0
+    rng = random.Random(15)
+    for i in range(MUTATIONS):
+        data = seeds[i % len(seeds)] if i < len(seeds) else mutator.mutate(rng.choice(seeds))
+        outcome = _agree(data, filt, check_points)
+        parsed += outcome is not None
+        answered += bool(outcome)
+    assert parsed > MUTATIONS // 4 and answered > 0
+
+
+def test_scan_answers_for_a_clean_push_and_counts_its_points() -> None:
+    """Given a valid push without private keys, then the scan answers (the fast path is taken) with its points."""
+    filt = AttributeFilter(PrivacyConfig())
+    data = bytes(_clean_push().SerializeToString())
+    assert _agree(data, filt, True) is True
+    result = scan_untouched(data, filt)
+    assert result is not None and result.data_points == 101
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    ["private_point_key", "private_resource_key", "private_scope_key", "point_without_value", "nameless_metric",
+     "metric_without_data", "histogram_buckets_mismatch"],
+)
+def test_scan_declines_whenever_the_walk_would_change_something(spoil: str) -> None:
+    """Given a push with one thing the walk drops or rejects, then the scan declines (returns None)."""
+    req = _clean_push()
+    sm = req.resource_metrics[0].scope_metrics[0]
+    if spoil == "private_point_key":
+        kv = sm.metrics[0].gauge.data_points[3].attributes.add()
+        kv.key, kv.value.string_value = "host.name", "h1"
+    elif spoil == "private_resource_key":
+        kv = req.resource_metrics[0].resource.attributes.add()
+        kv.key, kv.value.string_value = "process.command_line", "java -jar app.jar"
+    elif spoil == "private_scope_key":
+        kv = sm.scope.attributes.add()
+        kv.key, kv.value.string_value = "host.name", "h1"
+    elif spoil == "point_without_value":
+        sm.metrics[1].sum.data_points.add()
+    elif spoil == "nameless_metric":
+        sm.metrics[2].name = ""
+    elif spoil == "metric_without_data":
+        sm.metrics.add().name = "empty"
+    else:
+        sm.metrics[-1].histogram.data_points[0].explicit_bounds.append(3.0)
+    data = bytes(req.SerializeToString())
+    filt = AttributeFilter(PrivacyConfig())
+    assert scan_untouched(data, filt) is None
+    assert sanitize(ExportMetricsServiceRequest.FromString(data), filt).modified
+
+
+def test_validator_table_mirrors_the_installed_protobuf_descriptors() -> None:
+    """Given the installed opentelemetry-proto, then the C validator's table names every field of every
+    message reachable from ExportMetricsServiceRequest with the matching kind, repetition and message type
+    (a field the table lacked would only send pushes to the slow path; a wrong kind could accept bytes upb
+    rejects)."""
+    from google.protobuf.descriptor import FieldDescriptor as FD
+
+    from kct.receiver import _otlpscan
+
+    kinds = {FD.TYPE_STRING: 1, FD.TYPE_BYTES: 2, FD.TYPE_MESSAGE: 6, FD.TYPE_DOUBLE: 4, FD.TYPE_FIXED64: 4,
+             FD.TYPE_SFIXED64: 4, FD.TYPE_FLOAT: 5, FD.TYPE_FIXED32: 5, FD.TYPE_SFIXED32: 5}
+    expected: dict[str, dict[int, tuple[int, int, str]]] = {}
+    todo = [ExportMetricsServiceRequest.DESCRIPTOR]
+    while todo:
+        message = todo.pop()
+        if message.full_name in expected:
+            continue
+        expected[message.full_name] = {
+            f.number: (kinds.get(f.type, 3), int(f.is_repeated), f.message_type.full_name if f.message_type else "")
+            for f in message.fields
+        }
+        todo.extend(f.message_type for f in message.fields if f.message_type)
+    assert _otlpscan.schema() == expected
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_validator_never_accepts_what_upb_rejects(seed: int) -> None:
+    """Given the fuzz seeds, their wire-level mutations and byte-level damage (truncations, flipped bytes),
+    whenever the validator says the bytes parse, upb parses them; and it accepts the clean seeds."""
+    from kct.receiver import _otlpscan
+
+    seeds = [bytes(r.SerializeToString()) for r in seed_requests()]
+    assert all(_otlpscan.valid(s) for s in seeds)
+    mutator = _ProtoMutator(random.Random(seed))
+    rng = random.Random(seed * 7)
+    accepted = rejected_by_upb = 0
+    for _ in range(MUTATIONS):
+        data = mutator.mutate(rng.choice(seeds))
+        if rng.random() < 0.3 and data:
+            i = rng.randrange(len(data))
+            data = data[:i] + bytes([rng.randrange(256)]) + data[i + 1:] if rng.random() < 0.5 else data[:i]
+        try:
+            ExportMetricsServiceRequest.FromString(data)
+            parses = True
+        except DecodeError:
+            parses = False
+            rejected_by_upb += 1
+        if _otlpscan.valid(data):
+            accepted += 1
+            assert parses, f"validator accepted bytes upb rejects: {data.hex()}"
+    assert accepted > 0 and rejected_by_upb > 0
+
+
+def test_unparsed_path_declines_empty_and_unparsable_bodies() -> None:
+    """Given an empty body (refused as empty_body by the decoder) or bytes upb rejects, then the path that
+    skips decoding declines them; a clean push it takes, with its points."""
+    from kct.receiver.sanitize import untouched_unparsed
+
+    filt = AttributeFilter(PrivacyConfig())
+    assert untouched_unparsed(b"", filt) is None
+    assert untouched_unparsed(b"\x0a\x05\x0a\x03\xff\xfe\xfd", filt) is None  # a nested length that lies
+    clean = untouched_unparsed(bytes(_clean_push().SerializeToString()), filt)
+    assert clean is not None and clean.data_points == 101
