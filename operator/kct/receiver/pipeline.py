@@ -43,7 +43,7 @@ from kct.receiver.sanitize import (
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import Telemetry
 
-__all__ = ["Outcome", "Pipeline", "Push"]
+__all__ = ["Pipeline", "Push", "PushOutcome"]
 
 # Stands for the message when the native path proved it is not needed (never read, never modified).
 _NOT_DECODED = ExportMetricsServiceRequest()
@@ -63,7 +63,7 @@ class Push:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PushOutcome:
     rejected_data_points: int
     error_message: str
     client_instance_id: str
@@ -147,7 +147,7 @@ class Pipeline:
         self._push_ids = _PushIds()
         telemetry.track_state(lambda: len(self.limiter), lambda: len(self.quotas))
 
-    async def process(self, push: Push) -> Outcome:
+    async def process(self, push: Push) -> PushOutcome:
         """Store `push` as one record or raise PushRejected; the caller holds an `admission.enter()`."""
         try:
             return await self._process(push, _TicketBox())
@@ -156,7 +156,7 @@ class Pipeline:
                 self.telemetry.throttled(rejected.reason, float(rejected.retry_after_s or 0))
             raise
 
-    async def _process(self, push: Push, box: _TicketBox) -> Outcome:
+    async def _process(self, push: Push, box: _TicketBox) -> PushOutcome:
         cfg = self.config
         tel = self.telemetry
         perf = time.perf_counter
@@ -227,7 +227,7 @@ class Pipeline:
             tel.sent(perf() - t5, None)
             tel.push_accepted(result.data_points, result.rejected_data_points, result.dropped_attributes, modified)
             box.ticket = None  # keep the rate-limit state: the push is stored
-            return Outcome(result.rejected_data_points, result.error_message, instance_id, result.data_points)
+            return PushOutcome(result.rejected_data_points, result.error_message, instance_id, result.data_points)
         finally:
             if box.ticket is not None:
                 self.limiter.release(box.ticket)

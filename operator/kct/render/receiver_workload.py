@@ -34,6 +34,7 @@ __all__ = [
 
 PORT_NAME = "http-otlp"
 RUN_AS_USER = 10001  # the runtime image's user (Dockerfile)
+PRE_STOP_SECONDS = 5  # the preStop pause before SIGTERM (see _container)
 
 
 def _metadata(params: ReceiverParams, name: str, component: str = COMPONENT_RECEIVER) -> dict[str, Any]:
@@ -98,6 +99,10 @@ def _container(params: ReceiverParams) -> dict[str, Any]:
         "readinessProbe": _probe("/readyz", period=10, failures=2),
         # Up to a minute to start (Kafka metadata at startup) before liveness counts.
         "startupProbe": _probe("/healthz", period=2, failures=30),
+        # A terminating pod leaves the Service's endpoints only after kube-proxy on every node has caught up;
+        # until then new connections still arrive. Serving normally for a few seconds before SIGTERM (the
+        # kubelet's own sleep action: no binary needed in the image) means none of them is refused.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -137,8 +142,8 @@ def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
             "fsGroup": RUN_AS_USER,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        # Room for the receiver's own drain (in-flight pushes, producer flush) after SIGTERM.
-        "terminationGracePeriodSeconds": spec.receiver.shutdown.drain_timeout_ms // 1000 + 10,
+        # Room for the preStop pause, then the receiver's own drain (in-flight pushes, producer flush).
+        "terminationGracePeriodSeconds": PRE_STOP_SECONDS + spec.receiver.shutdown.drain_timeout_ms // 1000 + 10,
         "containers": [_container(params)],
         "volumes": [
             {"name": "config", "configMap": {"name": params.names.receiver}},

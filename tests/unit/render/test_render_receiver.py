@@ -93,8 +93,10 @@ def test_generated_token_secret_or_the_referenced_one() -> None:
     secret = render_token_secret(params())
     assert secret is not None and base64.b64decode(secret["data"]["token"]).decode() == "t0k"
     volume, mount = _token_mount()
-    assert volume == {"name": "token", "secret": {"secretName": "tr-token", "items": [{"key": "token",
-                      "path": "token"}], "defaultMode": 0o440}}
+    assert volume == {
+        "name": "token",
+        "secret": {"secretName": "tr-token", "items": [{"key": "token", "path": "token"}], "defaultMode": 0o440},
+    }
     assert mount == {"name": "token", "mountPath": "/etc/kct/token", "readOnly": True}
     assert "subPath" not in mount  # a subPath mount is never updated by kubelet: no rotation
     config = yaml.safe_load(render_receiver_configmap(params())["data"]["receiver.yaml"])
@@ -147,6 +149,17 @@ def test_deployment_is_hardened_and_probed() -> None:
     service = render_receiver_service(params())
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_a_terminating_receiver_serves_until_it_left_the_endpoints_then_drains() -> None:
+    """Given a drain timeout, Then the pod pauses before SIGTERM (preStop sleep, while kube-proxy stops
+    routing new connections to it) and the grace period covers that pause plus the whole drain."""
+    pod = render_receiver_deployment(params({"receiver": {"shutdown": {"drainTimeoutMs": 30000}}}))["spec"]["template"][
+        "spec"
+    ]
+    pause = pod["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pause >= 3
+    assert pod["terminationGracePeriodSeconds"] > pause + 30
 
 
 def test_every_child_is_owned_and_labelled() -> None:
