@@ -139,7 +139,8 @@ def test_kct_commands_run_as_non_root_on_a_read_only_root(unpacked: tuple[Path, 
 
 NATIVE_PROBE = """
 import json, sys
-import confluent_kafka, re2, zstandard, google.protobuf, aiohttp, kopf, kubernetes
+import confluent_kafka, re2, zstandard, google.protobuf, aiohttp, kopf, kubernetes, uvloop
+from kct.receiver import _otlpscan
 from google.protobuf.internal import api_implementation
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 request = ExportMetricsServiceRequest()
@@ -153,13 +154,16 @@ print(json.dumps({
     "zstd_backend": zstandard.backend,
     "protobuf": api_implementation.Type(),
     "metric": decoded.resource_metrics[0].scope_metrics[0].metrics[0].name,
+    "otlpscan": _otlpscan.valid(request.SerializeToString()) and not _otlpscan.valid(b"\\x0a\\xff"),
+    "uvloop": type(uvloop.new_event_loop()).__module__.startswith("uvloop"),
 }))
 """
 
 
 def test_native_dependencies_load_in_the_image(unpacked: tuple[Path, Any]) -> None:
     """Given the image, when its Python imports the receiver's compiled dependencies and uses each once, then
-    librdkafka, RE2, zstd (C backend) and protobuf's upb work, on a Python the package supports."""
+    librdkafka, RE2, zstd (C backend), protobuf's upb, our own wire scanner (compiled in the build stage; the
+    package would install without it) and uvloop work, on a Python the package supports."""
     proc = run(unpacked, "python", "-c", NATIVE_PROBE)
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout)
@@ -172,6 +176,8 @@ def test_native_dependencies_load_in_the_image(unpacked: tuple[Path, Any]) -> No
     assert found["zstd_backend"] == "cext"
     assert found["protobuf"] == "upb"
     assert found["metric"] == "org.apache.kafka.producer.record.queue.time.max"
+    assert found["otlpscan"] is True
+    assert found["uvloop"] is True
 
 
 def test_root_filesystem_is_read_only_tmp_is_writable_and_no_capabilities(unpacked: tuple[Path, Any]) -> None:
