@@ -61,8 +61,11 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[2]
 # Bump when the way images are built changes in a way the key's inputs do not show.
 BUILD_RECIPE = "1"
-# Older archives of an image (or a base) beyond this many are deleted after a build.
+# Older archives of an image (or a base) beyond this many are deleted after a build, unless built in the last
+# KEEP_RECENT_SECONDS: a test run reads the archive it built ~20 min later, and a build in another clone
+# (other sources, another key) meanwhile must not delete it.
 KEEP_ARCHIVES = 3
+KEEP_RECENT_SECONDS = 6 * 3600
 HOST_TOOLS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap", "runc": "runc"}
 # The host's CA bundle is bind-mounted over the base's for RUN steps only (see debian_base.py, Trust).
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -288,10 +291,14 @@ def _build(spec: ImageSpec, image: BuiltImage) -> None:
 
 
 def _prune(folder: Path, prefix: str, *, keep: set[Path]) -> None:
-    """Keep the newest KEEP_ARCHIVES archives starting with `prefix` (and `keep`); delete the rest."""
+    """Keep the newest KEEP_ARCHIVES archives starting with `prefix` (and `keep`, and those younger than
+    KEEP_RECENT_SECONDS); delete the rest."""
     archives = sorted((p for p in folder.glob(f"{prefix}*.tar") if p.stem[len(prefix):].isalnum()),
                       key=lambda p: p.stat().st_mtime, reverse=True)
+    recent = time.time() - KEEP_RECENT_SECONDS
     for old in [p for p in archives if p not in keep][max(0, KEEP_ARCHIVES - len(keep)):]:
+        if old.stat().st_mtime > recent:
+            continue
         old.unlink(missing_ok=True)
         old.with_suffix(".json").unlink(missing_ok=True)
         (cache_root() / "logs" / f"{old.stem}.log").unlink(missing_ok=True)

@@ -178,3 +178,27 @@ def test_plan_names_the_archive_and_reference_by_one_key(capsys: pytest.CaptureF
     assert capsys.readouterr().out == f"{image.archive}\t{image.reference}\n"
     with pytest.raises(images.ImageError, match="unknown image 'nope'"):
         images.plan("nope")
+
+
+def test_pruning_keeps_the_newest_archives_and_any_built_recently(tmp_path: Path) -> None:
+    """Given a test run's archive built 20 min ago, three newer ones built since by other clones and two from
+    last week, When a build prunes, Then the three newest, the one being kept and the test run's stay (it is
+    read ~20 min after it was built), and last week's go with their metadata."""
+    import os
+    import time
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    now = time.time()
+    ages_s = {"kct-00000000000000a1": 60, "kct-00000000000000a2": 120, "kct-00000000000000a3": 180,
+              "kct-00000000000000c1": 1200, "kct-00000000000000b1": 7 * 86400, "kct-00000000000000b2": 8 * 86400}
+    for stem, age in ages_s.items():
+        for suffix in (".tar", ".json"):
+            path = folder / f"{stem}{suffix}"
+            path.write_text("x")
+            os.utime(path, (now - age, now - age))
+    keep = folder / "kct-00000000000000a1.tar"
+    images._prune(folder, "kct-", keep={keep})
+    left = sorted(p.stem for p in folder.glob("*.tar"))
+    assert left == ["kct-00000000000000a1", "kct-00000000000000a2", "kct-00000000000000a3", "kct-00000000000000c1"]
+    assert not (folder / "kct-00000000000000b1.json").exists()
