@@ -15,12 +15,14 @@ Steps (each printed with its duration; the first failing step stops the run, cle
      to, whose push token is a Secret made from the stack's token; spec.image set to our image)
   4. the TelemetryReceiver Ready=True: its Deployment's pods run on the node
   5. real confluent-kafka producers and consumers for `--duration` seconds, each with its own
-     client.id and software name/version; librdkafka pushes their metrics through the broker plugin
+     client.id and software name/version, on the host against the node stack's Kafka (its loopback
+     forwarder); librdkafka pushes their metrics through the broker plugin to the receiver's Service
   6. narrowing: the subscription's `match.clientId` is changed to one client, and pushes are counted
      per client id in the topic after one push interval: only that client may still push
   7. `kct aggregate` (Spark, local mode) with the operator's rendered aggregation config, read to the
      end of the topic
-  8. the summary (subscriptions, clients, pushes, per-client aggregates) and an HTML report with plots
+  8. the summary (subscriptions, the receiver with its pods, clients, pushes, per-client aggregates) and an
+     HTML report with plots; the operator's and receivers' pod logs are saved under logs/
 
 Outputs go to build/demo/ (report.html, summary.txt, logs/). The exit code is 0 only when every step
 succeeded, the receiver was Ready with running pods, every demo client has aggregates and the narrowing step
