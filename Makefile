@@ -77,7 +77,7 @@ node-down:  ## stop everything node-up started (pods, node, its control plane, n
 node-status:  ## what the node stack runs
 	$(PYTHON) dev/stack/stack.py node-status
 
-demo: venv spark-jars  ## the whole system locally: stack, operator, receiver, real clients, Spark; summary + HTML report (KEEP=1 keeps the stack)
+demo: venv spark-jars images  ## the whole system on the node stack: operator (Helm) and receiver as pods, real clients, Spark; summary + HTML report (KEEP=1 keeps the stack)
 	$(VPY) dev/demo/demo.py $(if $(filter 1,$(KEEP)),--keep-stack) $(DEMO_ARGS)
 
 bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures (BENCH_ARGS=--full: the scripts' defaults)

@@ -1,28 +1,34 @@
 #!/usr/bin/env python3
-"""`make demo`: the whole system end to end on the local stack, with real Kafka clients.
+"""`make demo`: the whole system end to end on the node stack (real pods), with real Kafka clients.
 
     .venv/bin/python dev/demo/demo.py [--duration 60] [--keep-stack] [--narrow-window 20]
 
 Steps (each printed with its duration; the first failing step stops the run, cleanup always runs):
 
-  1. the local stack (`dev/stack/stack.py up`: etcd, kube-apiserver, controller-manager, Kafka + plugin)
-  2. the CRDs (`kubectl apply -f crds/`) and `kct operator`, watching the demo namespace
-  3. the examples: examples/subscriptions/ and examples/demo/ (a subscription matching the demo
-     clients, a TelemetryReceiver whose push token is a Secret made from the stack's token)
-  4. `kct receiver` as a local process with the config the operator rendered into the ConfigMap
-     (no kubelet runs here, so the Deployment's pods never start)
+  1. the node stack (`dev/stack/stack.py node-up`: its control plane, a kubelet-backed node, Kafka with the
+     plugin, our runtime image in containerd; `make images` builds that image). The loopback stack is not
+     used: the node stack has everything the demo needs, so one stack is started, not two.
+  2. the operator as users install it: `helm upgrade --install` of helm/kct (the chart's CRDs, ServiceAccount
+     and RBAC) with our image and the node stack's Kafka as the default cluster
+  3. the examples: examples/subscriptions/ and examples/demo/ in namespace kct-telemetry (a subscription
+     matching the demo clients, TelemetryReceiver `telemetry`, the one the node stack's broker plugin posts
+     to, whose push token is a Secret made from the stack's token; spec.image set to our image)
+  4. the TelemetryReceiver Ready=True: its Deployment's pods run on the node
   5. real confluent-kafka producers and consumers for `--duration` seconds, each with its own
-     client.id and software name/version; librdkafka pushes their metrics through the broker plugin
+     client.id and software name/version, on the host against the node stack's Kafka (its loopback
+     forwarder); librdkafka pushes their metrics through the broker plugin to the receiver's Service
   6. narrowing: the subscription's `match.clientId` is changed to one client, and pushes are counted
      per client id in the topic after one push interval: only that client may still push
   7. `kct aggregate` (Spark, local mode) with the operator's rendered aggregation config, read to the
      end of the topic
-  8. the summary (subscriptions, clients, pushes, per-client aggregates) and an HTML report with plots
+  8. the summary (subscriptions, the receiver with its pods, clients, pushes, per-client aggregates) and an
+     HTML report with plots; the operator's and receivers' pod logs are saved under logs/
 
 Outputs go to build/demo/ (report.html, summary.txt, logs/). The exit code is 0 only when every step
-succeeded, every demo client has aggregates and the narrowing step showed only the chosen client pushing.
-The stack is stopped at the end unless `--keep-stack` (or KEEP=1) or it was already running before the
-demo started (then it is left as found, and so are the demo's resources unless `--remove-resources`).
+succeeded, the receiver was Ready with running pods, every demo client has aggregates and the narrowing step
+showed only the chosen client pushing. The stack is stopped at the end unless `--keep-stack` (or KEEP=1) or it
+was already running before the demo started (then it is left as found, and so are the demo's resources and
+the Helm release unless `--remove-resources`).
 """
 
 from __future__ import annotations
@@ -65,9 +71,15 @@ from report import (  # noqa: E402
 
 KCT = REPO / ".venv" / "bin" / "kct"
 STACK = REPO / "dev" / "stack" / "stack.py"
-STACK_ENV = REPO / "build" / "stack.env"
+STACK_ENV = REPO / "build" / "node-stack.env"
+TOOLS = REPO / "dev" / "tools" / "tools.py"
+CHART = REPO / "helm" / "kct"
+RELEASE, RELEASE_NAMESPACE = "kct", "kct-system"  # the operator's Helm release
+# The node stack's broker plugin posts to the Service of TelemetryReceiver `telemetry` in `kct-telemetry`.
+NAMESPACE = "kct-telemetry"
 SUBSCRIPTION = "demo-clients"  # examples/demo/subscription.yaml
-RECEIVER = "demo"  # examples/demo/telemetryreceiver.yaml
+RECEIVER = "telemetry"  # examples/demo/telemetryreceiver.yaml
+RECEIVER_PODS = "app.kubernetes.io/component=receiver,app.kubernetes.io/instance=" + RECEIVER
 TOKEN_SECRET = "demo-push-token"  # referenced by examples/demo/telemetryreceiver.yaml
 NARROW_TO = "demo-orders-producer"
 SUBSCRIPTION_COLUMNS = "custom-columns=" + ",".join((
@@ -93,7 +105,9 @@ class Demo:
         self.args = args
         self.out: Path = args.out.resolve()
         self.logs = self.out / "logs"
-        self.ns: str = args.namespace
+        self.ns = NAMESPACE
+        self.helm: list[str] = []
+        self.receiver_pods: list[str] = []
         self.env = dict(os.environ)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.fleet: ClientFleet | None = None
@@ -106,7 +120,6 @@ class Demo:
         self.interval_ms = 5000
         self.topic = ""
         self.narrow: dict[str, Any] = {}
-        self.receiver_rendered_host = ""
         self.fleet_started = 0.0
         self.fleet_stopped = 0.0
 
@@ -169,49 +182,64 @@ class Demo:
 
     # ---------------------------------------------------------------- steps
     def stack_up(self) -> None:
-        with self.step("local stack (etcd, kube-apiserver, kube-controller-manager, Kafka with the plugin)"):
-            self.stack_was_running = STACK_ENV.exists() and _port_open(19092) and _port_open(16443)
-            # streamed: on a fresh machine this installs (builds) the servers first, which takes minutes
-            proc = subprocess.Popen([sys.executable, str(STACK), "up"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-            assert proc.stdout is not None
-            seen: list[str] = []
-            for line in proc.stdout:
-                seen.append(line)
-                if self.stack_was_running and not (line.startswith("  ") or "stack is up" in line):
-                    continue  # nothing to install or start: keep the output short
-                log("    " + line.rstrip())
-            if proc.wait() != 0:
-                raise DemoError("stack up failed:\n" + "".join(seen[-40:]))
+        with self.step("node stack (control plane, a node: containerd, kubelet, kube-proxy, CoreDNS; Kafka with "
+                       "the plugin)"):
+            status = subprocess.run([sys.executable, str(STACK), "node-status"], capture_output=True, text=True,
+                                    check=False)
+            self.stack_was_running = STACK_ENV.exists() and status.returncode == 0 and "stopped" not in status.stdout
+            if self.stack_was_running:
+                log("    already running: left as found")
+            else:
+                # streamed: on a fresh machine this installs (builds) the servers first, which takes minutes
+                proc = subprocess.Popen([sys.executable, str(STACK), "node-up"], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+                assert proc.stdout is not None
+                seen: list[str] = []
+                for line in proc.stdout:
+                    seen.append(line)
+                    log("    " + line.rstrip())
+                if proc.wait() != 0:
+                    raise DemoError("node-up failed:\n" + "".join(seen[-40:]))
             for line in STACK_ENV.read_text().splitlines():
                 key, _, value = line.partition("=")
                 if key:
                     self.env[key] = value
-            if "KCT_RECEIVER_TOKEN_FILE" not in self.env:
-                raise DemoError("build/stack.env has no KCT_RECEIVER_TOKEN_FILE: the stack is older than the "
-                                "receiver token; run `make stack-down` then `make demo` again")
+            if not self.env.get("KCT_NODE_KCT_IMAGE"):
+                raise DemoError("the node stack has no runtime image for these sources: run `make images`, then "
+                                "`make node-down` if it was running, and `make demo` again")
 
     def operator(self) -> None:
-        with self.step("CRDs and `kct operator` (watching namespace " + self.ns + ")"):
-            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-            # Poll rather than `kubectl wait`, which fails at once while a just-created CRD has no conditions.
-            jsonpath = '{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{"\\n"}{end}'
-            deadline = time.monotonic() + 60
-            while True:
-                states = self.kubectl("get", "crd", "-o", f"jsonpath={jsonpath}").split()
-                if states and all(state == "True" for state in states):
-                    break
-                if time.monotonic() > deadline:
-                    raise DemoError("the CRDs did not become Established within 60s")
-                time.sleep(0.5)
-            env = {**self.env, "KCT_RESYNC_SECONDS": "10"}
-            self.start("operator", [str(KCT), "operator", "--namespace", self.ns], env)
-            time.sleep(2)
-            self.alive("operator")
-            log(f"    kct operator pid {self.procs['operator'].pid}, log {_rel(self.logs / 'operator.log')}")
+        image = self.env["KCT_NODE_KCT_IMAGE"]
+        with self.step(f"the operator as pods: helm install {_rel(CHART)} (image {image}, the chart's RBAC)"):
+            tool = subprocess.run([sys.executable, str(TOOLS), "path", "helm"], capture_output=True, text=True,
+                                  timeout=1200, check=False)
+            if tool.returncode != 0:
+                raise DemoError(f"no helm: {tool.stderr.strip()}")
+            self.helm = [tool.stdout.strip().splitlines()[-1], f"--kubeconfig={self.env['KUBECONFIG']}"]
+            repository, tag = image.rsplit(":", 1)
+            values = {"image.repository": repository, "image.tag": tag,
+                      "image.pullPolicy": "Never",  # imported into containerd by node-up, never pulled
+                      "kafka.bootstrapServers": self.env["KCT_NODE_KAFKA_POD_BOOTSTRAP"],
+                      "replicas": "1",  # one operator pod is enough to show; the chart's default is 2
+                      "operator.resyncSeconds": "10"}
+            argv = [*self.helm, "upgrade", "--install", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE,
+                    "--create-namespace", "--wait", "--timeout", "300s"]
+            for key, value in values.items():
+                argv += ["--set", f"{key}={value}"]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=360, check=False)
+            (self.logs / "helm.log").write_text(proc.stdout + proc.stderr)
+            if proc.returncode != 0:
+                raise DemoError(f"helm install failed: {proc.stderr.strip()}")
+            log(f"    helm upgrade --install {RELEASE} {_rel(CHART)} -n {RELEASE_NAMESPACE} "
+                + " ".join(f"--set {k}={v}" for k, v in values.items()))
+            pods = self.kubectl("get", "pods", "-n", RELEASE_NAMESPACE, "-o",
+                                "custom-columns=NAME:.metadata.name,STATUS:.status.phase,"
+                                "SERVICEACCOUNT:.spec.serviceAccountName,NODE:.spec.nodeName").rstrip()
+            for line in pods.splitlines():
+                log("    " + line)
 
     def apply_examples(self) -> None:
-        with self.step("apply examples/subscriptions/ and examples/demo/ (subscriptions, TelemetryReceiver)"):
+        with self.step(f"apply examples/subscriptions/ and examples/demo/ in namespace {self.ns}"):
             existing = self.kubectl("get", "namespace", self.ns, "--ignore-not-found", "-o", "name").strip()
             if existing:
                 log(f"    namespace {self.ns} exists from an earlier run: removing its resources first")
@@ -224,8 +252,13 @@ class Demo:
                                   f"--from-literal=token={token}", "--dry-run=client", "-o", "yaml")
             self.kubectl("apply", "-f", "-", stdin=secret)
             log(f"    secret {TOKEN_SECRET}: the stack's push token (the one the broker plugin sends)")
+            receiver = yaml.safe_load((REPO / "examples" / "demo" / "telemetryreceiver.yaml").read_text())
+            receiver["spec"].update(image=self.env["KCT_NODE_KCT_IMAGE"], imagePullPolicy="Never")
+            log(f"    examples/demo/telemetryreceiver.yaml with spec.image {self.env['KCT_NODE_KCT_IMAGE']} "
+                "(built by `make images`, imported by node-up)")
             out = self.kubectl("apply", "-n", self.ns, "-f", str(REPO / "examples" / "subscriptions"),
-                               "-f", str(REPO / "examples" / "demo"))
+                               "-f", str(REPO / "examples" / "demo" / "subscription.yaml"))
+            out += self.kubectl("apply", "-n", self.ns, "-f", "-", stdin=yaml.safe_dump(receiver))
             for line in out.splitlines():
                 log("    " + line)
             sub = yaml.safe_load((REPO / "examples" / "demo" / "subscription.yaml").read_text())
@@ -250,40 +283,27 @@ class Demo:
                 return loaded
         raise DemoError(f"no ConfigMap with key {key} among the children of TelemetryReceiver {RECEIVER}")
 
+    def _running_receiver_pods(self) -> list[str]:
+        pods = self.kget("pods", "-l", RECEIVER_PODS)["items"]
+        return sorted(p["metadata"]["name"] for p in pods
+                      if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+                      and all(c.get("ready") for c in p["status"].get("containerStatuses", [{}])))
+
     def receiver(self) -> None:
-        with self.step("`kct receiver` with the config the operator rendered"):
-            config = self.wait_for(lambda: self._rendered("receiver.yaml"), timeout=60, what="the receiver ConfigMap")
-            listen = config.setdefault("listen", {})
-            self.receiver_rendered_host = str(listen.get("host", ""))
-            if listen.get("host") in ("0.0.0.0", "::", None):
-                listen["host"] = "127.0.0.1"
-                log(f"    adjusted listen.host {self.receiver_rendered_host} -> 127.0.0.1 (pods listen on every "
-                    "interface; here the receiver is a local process and the stack stays on loopback)")
-            endpoint_port = int(self.env.get("KCT_TELEMETRY_ENDPOINT", ":4318/").rsplit(":", 1)[1].split("/")[0])
-            if int(listen.get("port", 4318)) != endpoint_port:
-                raise DemoError(f"the rendered listen.port {listen.get('port')} is not the port the broker plugin "
-                                f"posts to ({self.env.get('KCT_TELEMETRY_ENDPOINT')})")
+        with self.step(f"TelemetryReceiver {RECEIVER} Ready=True with its pods on the node"):
+            def ready() -> bool:
+                conditions = self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {}).get("conditions", [])
+                return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+            self.wait_for(ready, timeout=300, what=f"TelemetryReceiver {RECEIVER} Ready=True")
+            self.receiver_pods = self.wait_for(self._running_receiver_pods, timeout=60,
+                                               what="running, ready receiver pods")
+            config = self._rendered("receiver.yaml")
             self.topic = config["kafka"]["topic"]
-            env = dict(self.env)
-            auth = config.get("auth") or {}
-            token_env = auth.get("bearerTokenEnv")
-            if token_env:
-                env[token_env] = Path(self.env["KCT_RECEIVER_TOKEN_FILE"]).read_text().strip()
-                log(f"    {token_env} = the content of Secret {TOKEN_SECRET} (the stack's push token)")
-            if auth.get("bearerTokenFile"):
-                rendered_file = auth["bearerTokenFile"]
-                auth["bearerTokenFile"] = self.env["KCT_RECEIVER_TOKEN_FILE"]
-                log(f"    adjusted auth.bearerTokenFile {rendered_file} -> {_rel(Path(auth['bearerTokenFile']))} "
-                    f"(in a pod, Secret {TOKEN_SECRET} is mounted there; here, the stack's push token file)")
-            path = self.out / "receiver.yaml"
-            path.write_text(yaml.safe_dump(config, sort_keys=False))
-            if _port_open(endpoint_port):
-                raise DemoError(f"port 127.0.0.1:{endpoint_port} is already taken (another receiver?); stop it first")
-            self.start("receiver", [str(KCT), "receiver", "--config", str(path)], env)
-            url = f"http://127.0.0.1:{endpoint_port}/readyz"
-            self.wait_for(lambda: _http_status(url) == 200, timeout=60, what=f"{url} to answer 200", alive="receiver")
-            log(f"    kct receiver --config {_rel(path)}  (pid {self.procs['receiver'].pid}, "
-                f"topic {self.topic}, ready)")
+            for line in self.kubectl("get", "pods", "-n", self.ns, "-l", RECEIVER_PODS, "-o", "wide").splitlines():
+                log("    " + line)
+            log(f"    Ready=True; receiver pods {', '.join(self.receiver_pods)} write to topic {self.topic}; the "
+                f"broker plugin posts to {self.env.get('KCT_TELEMETRY_ENDPOINT')}")
 
     def clients(self) -> None:
         duration = float(self.args.duration)
@@ -312,13 +332,19 @@ class Demo:
             raise DemoError("client failed: " + "; ".join(self.fleet.failures))
 
     def _receiver_pushes(self) -> str:
+        """The receiver pods' kct_receiver_pushes_total, summed; read in the node's network namespace, where pod
+        addresses answer (the host's network has no route to them)."""
+        ips = [p["status"].get("podIP", "") for p in self.kget("pods", "-l", RECEIVER_PODS)["items"]]
+        script = ("import sys, urllib.request\n"
+                  "for ip in sys.argv[1:]:\n"
+                  "    print(urllib.request.urlopen(f'http://{ip}:4318/metrics', timeout=3).read().decode())\n")
         try:
-            with urllib.request.urlopen("http://127.0.0.1:4318/metrics", timeout=3) as resp:
-                text = resp.read().decode()
-        except OSError:
+            proc = subprocess.run([self.env["KCT_NODE_EXEC"], sys.executable, "-c", script, *filter(None, ips)],
+                                  capture_output=True, text=True, timeout=15, check=True)
+        except (OSError, subprocess.SubprocessError):
             return "?"
         total = 0.0
-        for line in text.splitlines():
+        for line in proc.stdout.splitlines():
             if line.startswith("kct_receiver_pushes_total"):
                 total += float(line.rsplit(" ", 1)[1])
         return f"{total:.0f}"
@@ -340,7 +366,7 @@ class Demo:
                 ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
                 return bool(status.get("observedGeneration") == generation and ready and ready[0]["status"] == "True")
 
-            self.wait_for(reconciled, timeout=60, what="the operator to apply the narrowed match", alive="operator")
+            self.wait_for(reconciled, timeout=60, what="the operator to apply the narrowed match")
             t_applied = time.time()
             log(f"    match.clientId {old_match.get('clientId')!r} -> {NARROW_TO!r}: on the broker after "
                 f"{t_applied - t_patch:.1f}s (observedGeneration {generation}, Ready)")
@@ -412,6 +438,12 @@ class Demo:
             changes = [f"parquet.path {config['parquet']['path']} -> {_rel(agg_dir)}"]
             config["parquet"]["path"] = str(agg_dir)
             config["run"]["checkpointPath"] = None
+            host_bootstrap = self.env["KAFKA_BOOTSTRAP_SERVERS"]
+            if config["source"].get("bootstrapServers") != host_bootstrap:
+                changes.append(f"source.bootstrapServers {config['source'].get('bootstrapServers')} -> "
+                               f"{host_bootstrap} (Spark runs on the host, which reaches the node stack's Kafka "
+                               "through its loopback forwarder; the rendered address is the pods' listener)")
+                config["source"]["bootstrapServers"] = host_bootstrap
             if config["run"].get("mode") != "batch":
                 changes.append(f"run.mode {config['run'].get('mode')} -> batch (read the topic to its end, every "
                                "window included: a streaming run keeps the last windows open for the watermark)")
@@ -473,9 +505,7 @@ class Demo:
             cms = self.kubectl("get", "clientmetricssubscriptions", "-n", self.ns, "-o", SUBSCRIPTION_COLUMNS).rstrip()
             say(_indent(cms))
             say("")
-            say(f"Telemetry receiver (kubectl get telemetryreceivers -n {self.ns}; no kubelet here, so its "
-                "Deployment stays unavailable and Ready=False; the receiver runs as a local process)")
-            say(_indent(self.kubectl("get", "telemetryreceivers", "-n", self.ns).rstrip()))
+            ok = self._receiver_summary(say) and ok
             say("")
             by_instance: dict[str, list[Push]] = {}
             for p in pushes:
@@ -544,11 +574,29 @@ class Demo:
             say(f"    this summary             {_rel(self.out / 'summary.txt')}")
             say(f"    aggregates (Parquet)     {_rel(self.out / 'aggregates')}/"
                 "{client_metrics,rollups,terminations,alerts}")
-            say(f"    rendered configs         {_rel(self.out / 'receiver.yaml')}, "
-                f"{_rel(self.out / 'aggregation.yaml')}")
+            say(f"    aggregation config       {_rel(self.out / 'aggregation.yaml')} (as rendered, adjusted for "
+                "the host)")
             say(f"    logs                     {_rel(self.logs)}/"
-                "{operator,receiver,aggregate,clients}.log")
+                "{helm,operator,receiver,aggregate,clients}.log")
             return ok
+
+    def _receiver_summary(self, say: Any) -> bool:
+        """The TelemetryReceiver and its pods as `kubectl get` shows them; False unless Ready with running pods."""
+        say(f"Telemetry receiver (kubectl get telemetryreceivers,pods -n {self.ns}: the operator's Deployment, "
+            "its pods on the node)")
+        say(_indent(self.kubectl("get", "telemetryreceivers", "-n", self.ns).rstrip()))
+        say(_indent(self.kubectl("get", "pods", "-n", self.ns, "-l", RECEIVER_PODS, "-o",
+                                 "custom-columns=POD:.metadata.name,STATUS:.status.phase,IP:.status.podIP,"
+                                 "NODE:.spec.nodeName,IMAGE:.spec.containers[0].image").rstrip()))
+        conditions = self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {}).get("conditions", [])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        pods = self._running_receiver_pods()
+        if ready and pods:
+            say(f"    receiver Ready=True, pods {', '.join(pods)}")
+            return True
+        say(f"    FAIL: receiver Ready={ready}, running pods: {', '.join(pods) or 'none'}")
+        self.failures.append("the TelemetryReceiver is not Ready with running pods")
+        return False
 
     def _html(self, pushes: list[Push], rows: list[dict[str, Any]], cms: str, client_rows: list[Any],
               clients_header: list[str], agg_header: list[str], agg_rows: list[Any], narrow_rows: list[Any]) -> str:
@@ -598,26 +646,36 @@ class Demo:
         if self.fleet is not None:
             self.fleet.stop()
         self.stop("aggregate")
-        self.stop("receiver")
+        self._save_pod_logs()
         keep = self.args.keep_stack or self.stack_was_running
         remove = self.args.remove_resources or not keep
-        if remove and "operator" in self.procs:
+        if remove and self.helm:
             # the operator removes the broker configs and the demo topic (deleteOnRemoval) on deletion
             self.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", self.ns,
-                         "--wait", "--timeout=60s", check=False, timeout=90)
-        self.stop("operator")
-        log("    stopped clients, receiver and operator")
-        if self.args.keep_stack or self.stack_was_running:
+                         "--wait", "--timeout=90s", check=False, timeout=120)
+            subprocess.run([*self.helm, "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait"],
+                           capture_output=True, timeout=300, check=False)
+            log(f"    removed the demo resources and the Helm release {RELEASE}")
+        log("    stopped the clients")
+        if keep:
             why = "--keep-stack" if self.args.keep_stack else "it was running before the demo started"
-            if remove:
-                log(f"    the stack keeps running ({why}); the demo resources were removed")
-            else:
-                log(f"    the stack keeps running ({why}); the demo resources stay in namespace {self.ns}:")
-                log(f"      source build/stack.env; kubectl get cms,tr,configmaps -n {self.ns}")
-            log("    stop it with: make stack-down")
-        else:
-            subprocess.run([sys.executable, str(STACK), "down"], capture_output=True, check=False)
-            log("    stack stopped (make stack-down); keep it next time with KEEP=1")
+            log(f"    the node stack keeps running ({why})")
+            if not remove:
+                log(f"    the demo resources stay: source {_rel(STACK_ENV)}; kubectl get cms,tr,pods -n {self.ns}")
+            log("    stop it with: make node-down")
+        elif self.env.get("KUBECONFIG"):
+            subprocess.run([sys.executable, str(STACK), "node-down"], capture_output=True, check=False)
+            log("    node stack stopped (make node-down); keep it next time with KEEP=1")
+
+    def _save_pod_logs(self) -> None:
+        """The operator's and the receivers' pod logs into logs/ (the pods go with the stack)."""
+        if not self.helm:
+            return
+        for name, namespace, selector in (("operator", RELEASE_NAMESPACE, f"app.kubernetes.io/instance={RELEASE}"),
+                                          ("receiver", self.ns, RECEIVER_PODS)):
+            out = self.kubectl("logs", "-n", namespace, "-l", selector, "--all-containers", "--prefix",
+                               "--tail=-1", check=False, timeout=60)
+            (self.logs / f"{name}.log").write_text(out)
 
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -687,7 +745,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=60, help="seconds the clients run before narrowing")
     parser.add_argument("--narrow-window", type=float, default=20, help="seconds of pushes counted after narrowing")
-    parser.add_argument("--namespace", default="kct-demo")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "demo")
     parser.add_argument("--aggregate-timeout", type=float, default=600)
     parser.add_argument("--keep-stack", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"),

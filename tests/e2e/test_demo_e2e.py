@@ -1,8 +1,9 @@
-"""`make demo`, shortened: the whole system on the local stack with real clients (about 2-3 minutes).
+"""`make demo`, shortened: the whole system on the node stack with real pods and real clients (a few minutes).
 
-Runs dev/demo/demo.py as a user would (operator, receiver from the rendered config, confluent-kafka
-clients, narrowing, Spark aggregation, report), with 20 s of traffic instead of 60 and the stack kept
-running for the rest of the session.
+Runs dev/demo/demo.py as a user would (the operator installed with Helm, the TelemetryReceiver's pods,
+confluent-kafka clients, narrowing, Spark aggregation, report), with 20 s of traffic instead of 60, on the
+session's node stack (the `node_stack` fixture: started if needed, kept for the rest of the session); the demo
+removes its resources and its Helm release afterwards.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from node_support import NodeStack
 from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
@@ -21,23 +23,35 @@ DEMO = REPO / "dev" / "demo" / "demo.py"
 
 
 @pytest.mark.timeout(900)
-def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(stack: object, tmp_path: Path) -> None:
-    """Given the local stack,
-    When the demo runs for 20 s of traffic, narrows the subscription to one client and aggregates,
-    Then it exits 0, prints a non-empty aggregate row for every demo client, reports the other clients
+def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(node_stack: NodeStack,
+                                                                         tmp_path: Path) -> None:
+    """Given the node stack with our runtime image,
+    When the demo installs the operator with Helm, applies the examples, runs 20 s of traffic, narrows the
+    subscription to one client and aggregates,
+    Then it exits 0, shows the TelemetryReceiver Ready=True with running pods on the node (the same pods the
+    cluster lists), prints a non-empty aggregate row for every demo client, reports the other clients
     stopped pushing after the narrowing, and writes an HTML report with inline SVG plots."""
-    if not getattr(stack, "local", False):
-        missing_precondition("the demo drives the local stack (dev/stack)")
+    if node_stack.kct_image is None:
+        missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
     sys.path.insert(0, str(DEMO.parent))
     from clients import DEMO_CLIENTS
 
     proc = subprocess.run(
         [sys.executable, str(DEMO), "--duration", "20", "--narrow-window", "12", "--keep-stack",
-         "--remove-resources", "--namespace", "kct-demo-e2e", "--out", str(tmp_path)],
+         "--remove-resources", "--out", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=840, check=False,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
+    receiver = output.split("Telemetry receiver (", 1)[1].split("Clients seen", 1)[0]
+    ready_line = next(line for line in receiver.splitlines() if "receiver Ready=True, pods " in line)
+    pods = ready_line.split("receiver Ready=True, pods ", 1)[1].split(", ")
+    assert pods and all(pod.startswith("telemetry-receiver-") for pod in pods), ready_line
+    for pod in pods:
+        row = next(line for line in receiver.splitlines() if line.split()[:1] == [pod])
+        _, phase, _, node, image = row.split()
+        assert (phase, node, image) == ("Running", node_stack.node_name, node_stack.kct_image), row
+    assert "kct receiver --config" not in output  # no local receiver process any more
     aggregates = output.split("Per-client aggregates", 1)[1].split("Narrowing:", 1)[0]
     narrowing = output.split("Narrowing:", 1)[1].split("Files", 1)[0]
     for client in DEMO_CLIENTS:
