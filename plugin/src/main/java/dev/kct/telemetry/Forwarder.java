@@ -41,7 +41,8 @@ import org.slf4j.LoggerFactory;
  * <p>A sender never sleeps on one push: a push that cannot be delivered now goes back to the queue. 429
  * paces only that client (its newest push wins); an unavailable endpoint (connection error, timeout,
  * 408/502/503/504) pauses the whole queue with backoff, {@code Retry-After} honoured; 401 makes the
- * sender re-read the token file and try once more at once if the token changed.
+ * sender re-read the token file and try once more at once if the token changed, and otherwise pause the
+ * queue without spending the push's retries (a rotation in progress; the queue's max age bounds it).
  */
 public final class Forwarder implements AutoCloseable {
 
@@ -206,7 +207,13 @@ public final class Forwarder implements AutoCloseable {
                 fail(target, problem + " (not retryable)");
                 return;
             }
-            item.attempts++;
+            // A 401 while we read a token file is a rotation not yet seen on both sides (the endpoint or our
+            // file lags): the push is not at fault, so it waits without using its retries; queue.max.age.ms
+            // bounds the wait, as for any paused queue.
+            boolean awaitingRotation = status == 401 && tokenSource != null;
+            if (!awaitingRotation) {
+                item.attempts++;
+            }
             Optional<String> asked = Optional.ofNullable(retryAfter);
             if (status == 429) {
                 metrics.recordRateLimited();

@@ -348,6 +348,26 @@ class ForwarderTest {
     }
 
     @Test
+    void http401LongerThanTheRetryBudgetKeepsThePushUntilTheRotationArrives(@TempDir Path dir) throws Exception {
+        // Given a token file and an endpoint that refuses it for six attempts (its side of a rotation lags),
+        // with only two retries per push
+        Path tokenFile = dir.resolve("token");
+        Files.writeString(tokenFile, "t\n");
+        try (TestEndpoint endpoint = new TestEndpoint(n -> n < 6
+                ? new TestEndpoint.Answer(401, Map.of()) : TestEndpoint.Answer.ok());
+             Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.TOKEN_FILE, tokenFile.toString(),
+                 ForwarderConfig.RETRIES_MAX, "2"))) {
+            // When a push is offered
+            assertTrue(f.offer(client("a"), payload("x")));
+            // Then it waits out the 401s without spending its retries and is delivered, not failed
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 15_000),
+                "forwarded-total=" + f.metrics().value("forwarded-total"));
+            assertEquals(7, endpoint.received.size());
+            assertEquals(0.0, f.metrics().value("failed-total"));
+        }
+    }
+
+    @Test
     void clientErrorIsNotRetried() throws Exception {
         // Given an endpoint that rejects the push as malformed
         try (TestEndpoint endpoint = new TestEndpoint(n -> new TestEndpoint.Answer(400, Map.of()));
