@@ -45,12 +45,22 @@ __all__ = [
 ]
 
 TABLES = ("client_metrics", "rollups", "terminations", "alerts", "client_metrics_hourly")
+# Tables are partitioned by date only: a folder per metric made each write (a micro-batch, a batch task)
+# produce one small file per metric it held. Rows are clustered by metric inside each file instead (sorted),
+# so a reader's filter on `metric` skips row groups by their statistics.
 _PARTITIONS = {
-    "client_metrics": ("date", "metric"),
-    "client_metrics_hourly": ("date", "metric"),
-    "rollups": ("date", "metric"),
+    "client_metrics": ("date",),
+    "client_metrics_hourly": ("date",),
+    "rollups": ("date",),
     "terminations": ("date",),
     "alerts": ("date",),
+}
+_CLUSTERING = {
+    "client_metrics": ("metric", "window_start"),
+    "client_metrics_hourly": ("metric", "window_start"),
+    "rollups": ("metric", "window_start"),
+    "alerts": ("window_start",),
+    "terminations": ("terminated_at",),
 }
 
 
@@ -221,7 +231,8 @@ def _path(cfg: AggregationConfig, table: str) -> str:
 
 
 def _write(df: Any, cfg: AggregationConfig, table: str, mode: str) -> None:
-    df.write.mode(mode).partitionBy(*_PARTITIONS[table]).parquet(_path(cfg, table))
+    ordered = df.sortWithinPartitions(*_PARTITIONS[table], *_CLUSTERING[table])
+    ordered.write.mode(mode).partitionBy(*_PARTITIONS[table]).parquet(_path(cfg, table))
 
 
 def _send_to_kafka(df: Any, out: KafkaOutputConfig) -> None:

@@ -38,6 +38,7 @@ upper bound if negative; the overflow bucket's upper edge is the highest finite 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, Window
@@ -258,36 +259,39 @@ def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | 
 
     Counters: deltas and rates summed over instances. Gauges: sum of the instances' last values, min of
     mins, max of maxes, mean of means. Histograms: buckets, counts and sums merged, quantiles recomputed.
+    All dimensions come out of one aggregation (grouping sets: one shuffle, not one per dimension).
+    `instances` counts the client_metrics rows merged: one per client instance, since a series' row is
+    unique per window and instance (type, temporality and bounds are grouped on, unit and monotonicity
+    belong to the metric).
     """
     dims = dimensions or ROLLUP_DIMENSIONS
-    parts: list[DataFrame] = []
     keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key",
             "explicit_bounds")
-    for name, cols in dims.items():
-        grouped = client_metrics.groupBy(*keys, *cols).agg(
-            F.first("attributes").alias("attributes"),
-            F.countDistinct("client_instance_id").alias("instances"),
-            F.sum("points").alias("points"),
-            F.sum("value_last").alias("value_last_sum"),
-            F.min("value_min").alias("value_min"),
-            F.max("value_max").alias("value_max"),
-            F.avg("value_avg").alias("value_avg"),
-            F.sum("delta").alias("delta"),
-            F.sum("rate").alias("rate"),
-            F.sum("resets").alias("resets"),
-            F.sum("count").alias("count"),
-            F.sum("sum").alias("sum"),
-            _sum_arrays("bucket_counts").alias("bucket_counts"),
-        )
-        parts.append(
-            grouped.withColumn("dimension", F.lit(name)).withColumn(
-                "dimension_value", F.concat_ws("/", *(F.coalesce(F.col(c), F.lit("")) for c in cols))
-            ).drop(*cols)
-        )
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    out = _with_quantiles(out)
+    dim_columns = list(dict.fromkeys(c for cols in dims.values() for c in cols))
+    grouped = client_metrics.groupingSets([[*keys, *cols] for cols in dims.values()], *keys, *dim_columns).agg(
+        *(F.grouping(c).alias(f"_g_{c}") for c in dim_columns),
+        F.first("attributes").alias("attributes"),
+        F.count(F.lit(1)).alias("instances"),
+        F.sum("points").alias("points"),
+        F.sum("value_last").alias("value_last_sum"),
+        F.min("value_min").alias("value_min"),
+        F.max("value_max").alias("value_max"),
+        F.avg("value_avg").alias("value_avg"),
+        F.sum("delta").alias("delta"),
+        F.sum("rate").alias("rate"),
+        F.sum("resets").alias("resets"),
+        F.sum("count").alias("count"),
+        F.sum("sum").alias("sum"),
+        _sum_arrays("bucket_counts").alias("bucket_counts"),
+    )
+    # Which grouping set a row belongs to: the dimension whose columns are all grouped on in it.
+    name = F.lit(None).cast("string")
+    value = F.lit(None).cast("string")
+    for dim, cols in dims.items():
+        this = functools.reduce(lambda a, b: a & b, [F.col(f"_g_{c}") == 0 for c in cols])
+        name = F.when(this, F.lit(dim)).otherwise(name)
+        value = F.when(this, F.concat_ws("/", *(F.coalesce(F.col(c), F.lit("")) for c in cols))).otherwise(value)
+    out = _with_quantiles(grouped.withColumn("dimension", name).withColumn("dimension_value", value))
     return out.select(
         "window_start", "window_end", "date", "dimension", "dimension_value", "metric", "unit", "type",
         "temporality", "attributes", "attributes_key", "instances", "points", "value_last_sum", "value_min",
