@@ -78,6 +78,15 @@ CLIENT_METRICS_COLUMNS: tuple[str, ...] = (
     "sum", "explicit_bounds", "bucket_counts", "p50", "p95", "p99",
 )
 
+# The series keys as grouped on: bucket bounds as a string (`_bk`), not as an array of doubles, which Spark
+# would normalize element by element (-0.0, NaN) with an interpreted higher-order function on every row.
+_GROUP_KEYS: tuple[str, ...] = tuple("_bk" if k == "explicit_bounds" else k for k in SERIES_KEYS)
+
+
+def _with_bounds_key(df: DataFrame) -> DataFrame:
+    return df.withColumn("_bk", F.col("explicit_bounds").cast("string"))
+
+
 # What a stream keeps of each cumulative series between micro-batches: its newest point.
 LAST_POINT_COLUMNS: tuple[str, ...] = (
     *SERIES_KEYS, "time_unix_nano", "start_time_unix_nano", "value", "count", "sum", "bucket_counts",
@@ -132,9 +141,9 @@ def _with_increments(points: DataFrame, previous: DataFrame | None, size: int, l
     cumulative = points.where(_cumulative()).withColumn("_seed", F.lit(False))
     others = points.where(~_cumulative())
     if previous is not None:
-        seeds = previous.select(*(F.col(c) for c in LAST_POINT_COLUMNS), F.lit(True).alias("_seed"))
+        seeds = previous.select(*(F.col(c) for c in LAST_POINT_COLUMNS), "_bk", "_ws", F.lit(True).alias("_seed"))
         cumulative = cumulative.unionByName(seeds, allowMissingColumns=True)
-    series = Window.partitionBy(*SERIES_KEYS).orderBy("time_unix_nano")
+    series = Window.partitionBy(*_GROUP_KEYS).orderBy("time_unix_nano")
     for name, col in (("_pt", "time_unix_nano"), ("_ps", "start_time_unix_nano"), ("_pv", "value"),
                       ("_pc", "count"), ("_ph", "sum"), ("_pb", "bucket_counts")):
         cumulative = cumulative.withColumn(name, F.lag(col).over(series))
@@ -176,12 +185,12 @@ def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, loo
     before these (LAST_POINT_COLUMNS), so deltas stay exact across micro-batches.
     """
     size, lookback = int(window_seconds), int(lookback_windows)
-    df = points.withColumn("_ws", _ws_expr(size))
+    df = _with_bounds_key(points).withColumn("_ws", _ws_expr(size))
     if previous is not None:
-        previous = previous.withColumn("_ws", _ws_expr(size))
+        previous = _with_bounds_key(previous).withColumn("_ws", _ws_expr(size))
     df = _with_increments(df, previous, size, lookback)
     at = F.col("time_unix_nano")
-    described = F.struct(*LABEL_COLUMNS, "unit", "attributes", "resource_attributes")
+    described = F.struct(*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds")
     aggs: list[Column] = [
         F.count(F.lit(1)).alias("points"),
         F.max_by(described, at).alias("_d"),
@@ -201,7 +210,7 @@ def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, loo
         F.sum("_reset").alias("_resets"),
         _sum_arrays(F.coalesce(F.col("_inc_b"), F.col("bucket_counts"))).alias("_buckets"),
     ]
-    agg = df.groupBy("_ws", *SERIES_KEYS).agg(*aggs)
+    agg = df.groupBy("_ws", *_GROUP_KEYS).agg(*aggs)
     return _finish(agg, size)
 
 
@@ -228,7 +237,7 @@ def _finish(agg: DataFrame, size: int) -> DataFrame:
         .withColumn("sum", total.cast("double"))
         .withColumn("bucket_counts", F.when(is_hist, F.col("_buckets")))
     )
-    for name in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes"):
+    for name in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds"):
         df = df.withColumn(name, F.col(f"_d.{name}"))
     for name in ("value_last", "value_min", "value_max", "value_avg"):
         df = df.withColumn(name, F.when(~not_value, F.col(name)))
@@ -242,8 +251,9 @@ def last_points(points: DataFrame, previous: DataFrame | None = None) -> DataFra
     df = points.where(_cumulative()).select(*cols)
     if previous is not None:
         df = df.unionByName(previous.select(*cols))
-    newest = F.max_by(F.struct(*(c for c in LAST_POINT_COLUMNS if c not in SERIES_KEYS)), "time_unix_nano")
-    return df.groupBy(*SERIES_KEYS).agg(newest.alias("_p")).select(*SERIES_KEYS, "_p.*")
+    keys = [k for k in _GROUP_KEYS if k != "_bk"]
+    newest = F.max_by(F.struct(*(c for c in LAST_POINT_COLUMNS if c not in keys)), "time_unix_nano")
+    return _with_bounds_key(df).groupBy(*keys, "_bk").agg(newest.alias("_p")).select(*keys, "_p.*")
 
 
 def _sum_arrays(col: str | Column) -> Column:
@@ -265,11 +275,12 @@ def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | 
     belong to the metric).
     """
     dims = dimensions or ROLLUP_DIMENSIONS
-    keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key",
-            "explicit_bounds")
+    keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key", "_bk")
     dim_columns = list(dict.fromkeys(c for cols in dims.values() for c in cols))
-    grouped = client_metrics.groupingSets([[*keys, *cols] for cols in dims.values()], *keys, *dim_columns).agg(
+    source = _with_bounds_key(client_metrics)
+    grouped = source.groupingSets([[*keys, *cols] for cols in dims.values()], *keys, *dim_columns).agg(
         *(F.grouping(c).alias(f"_g_{c}") for c in dim_columns),
+        F.first("explicit_bounds").alias("explicit_bounds"),
         F.first("attributes").alias("attributes"),
         F.count(F.lit(1)).alias("instances"),
         F.sum("points").alias("points"),
@@ -311,8 +322,9 @@ def hourly(client_metrics: DataFrame, hours: int = 1) -> DataFrame:
     w = F.window("window_start", f"{size} seconds")
     newest = F.col("window_start")
     snapshot = F.col("type").isin("exponential_histogram", "summary")
-    grouped = client_metrics.groupBy(w.alias("w"), *SERIES_KEYS).agg(
-        *(F.max_by(c, newest).alias(c) for c in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes")),
+    grouped = _with_bounds_key(client_metrics).groupBy(w.alias("w"), *_GROUP_KEYS).agg(
+        *(F.max_by(c, newest).alias(c)
+          for c in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds")),
         F.sum("points").alias("points"),
         F.max("last_time").alias("last_time"),
         F.max_by("value_last", newest).alias("value_last"),
