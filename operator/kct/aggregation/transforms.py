@@ -111,7 +111,7 @@ def _with_quantiles(df: DataFrame, counts: str = "bucket_counts", bounds: str = 
         df = df.withColumn("_q_i", F.expr(f"array_position(transform(_q_cum, x -> x >= {target}), true) - 1"))
         lower = f"IF(_q_i = 0, LEAST(0D, get({bounds}, 0)), get({bounds}, _q_i - 1))"
         upper = f"IF(_q_i >= size({bounds}), get({bounds}, size({bounds}) - 1), get({bounds}, _q_i))"
-        below = f"IF(_q_i = 0, 0L, get(_q_cum, _q_i - 1))"
+        below = "IF(_q_i = 0, 0L, get(_q_cum, _q_i - 1))"
         df = df.withColumn("_q_lo", F.expr(lower)).withColumn("_q_hi", F.expr(upper)).withColumn(
             name, F.expr(f"IF(_q_cum IS NULL, CAST(NULL AS DOUBLE), _q_lo + (_q_hi - _q_lo) * "
                          f"(({target} - {below}) / get({counts}, _q_i)))"))
@@ -127,49 +127,63 @@ def _cumulative() -> Column:
     return (F.col("temporality") == "cumulative") & F.col("type").isin("sum", "histogram")
 
 
-def _with_increments(points: DataFrame, previous: DataFrame | None, size: int, lookback: int) -> DataFrame:
-    """Each cumulative point with what it adds over the series' previous point (`_inc`, `_inc_c`, `_inc_h`,
-    `_inc_b`) and whether it is a reset (`_reset`); other points pass with nulls.
+_POINT = ("named_struct('t', time_unix_nano, 's', start_time_unix_nano, 'v', value, 'c', count, 'h', sum, "
+          "'b', bucket_counts)")
+# Within one window's sorted cumulative points `_seq`: is pair (i - 1, i) a reset (the level dropped or
+# the start time changed), and what point i adds over point i - 1.
+_PAIR_RESET = ("(IF(type = 'histogram', _seq[i].c < _seq[i - 1].c, _seq[i].v < _seq[i - 1].v) "
+               "OR _seq[i].s != _seq[i - 1].s)")
+_IN_WINDOW_SUM = (
+    "aggregate(filter(sequence(0, size(_seq) - 1), i -> i > 0), named_struct('v', 0D, 'r', 0), "
+    f"(acc, i) -> IF(monotonic AND {_PAIR_RESET}, named_struct('v', acc.v + _seq[i].v, 'r', acc.r + 1), "
+    "named_struct('v', acc.v + _seq[i].v - _seq[i - 1].v, 'r', acc.r)))"
+)
+_IN_WINDOW_HISTOGRAM = (
+    "aggregate(filter(sequence(0, size(_seq) - 1), i -> i > 0), "
+    "named_struct('c', 0L, 'h', 0D, 'b', array_repeat(0L, size(_seq[0].b)), 'r', 0), "
+    f"(acc, i) -> IF({_PAIR_RESET}, "
+    "named_struct('c', acc.c + _seq[i].c, 'h', acc.h + coalesce(_seq[i].h, 0D), "
+    "'b', zip_with(acc.b, _seq[i].b, (x, y) -> x + y), 'r', acc.r + 1), "
+    "named_struct('c', acc.c + _seq[i].c - _seq[i - 1].c, "
+    "'h', acc.h + coalesce(_seq[i].h, 0D) - coalesce(_seq[i - 1].h, 0D), "
+    "'b', zip_with(acc.b, zip_with(_seq[i].b, _seq[i - 1].b, (x, y) -> x - y), (x, y) -> x + y), 'r', acc.r)))"
+)
 
-    The previous point is the series' point just before in time (one sort of the cumulative points by
-    series and time, `lag`), or, for a series' first point here, its last point in `previous` (the state a
-    stream keeps across micro-batches, LAST_POINT_COLUMNS). It counts only when it lies at most `lookback`
-    windows before the point's window; otherwise the point is the first seen.
-    """
-    cumulative = points.where(_cumulative()).withColumn("_seed", F.lit(False))
-    others = points.where(~_cumulative())
+
+def _with_first_increment(level1: DataFrame, previous: DataFrame | None, size: int, lookback: int) -> DataFrame:
+    """Level 2: each cumulative series' window row gets what its first point adds over the series' previous
+    point, the last point of its previous window row (`lag` over the per-window rows, sorted by series and
+    window) or, for a series' first window here, its last point in `previous` (the state a stream keeps
+    across micro-batches, LAST_POINT_COLUMNS). That point counts only when it lies at most `lookback`
+    windows before the window; otherwise the first point is the first seen: its whole value counts when
+    its start time is recent (a new client), nothing when older (a long-running client seen late)."""
+    rows = level1.withColumn("_seed", F.lit(False))
     if previous is not None:
-        seeds = previous.select(*(F.col(c) for c in LAST_POINT_COLUMNS), "_bk", "_ws", F.lit(True).alias("_seed"))
-        cumulative = cumulative.unionByName(seeds, allowMissingColumns=True)
-    series = Window.partitionBy(*_GROUP_KEYS).orderBy("time_unix_nano")
-    for name, col in (("_pt", "time_unix_nano"), ("_ps", "start_time_unix_nano"), ("_pv", "value"),
-                      ("_pc", "count"), ("_ph", "sum"), ("_pb", "bucket_counts")):
-        cumulative = cumulative.withColumn(name, F.lag(col).over(series))
-    horizon_s = F.col("_ws") - F.lit(lookback * size)
-    usable = F.col("_pt").isNotNull() & ((F.col("_pt") / F.lit(1e9)) >= horizon_s)
-    fresh = (F.col("start_time_unix_nano") > 0) & ((F.col("start_time_unix_nano") / F.lit(1e9)) >= horizon_s)
-    is_hist = F.col("type") == "histogram"
-    level = F.when(is_hist, F.col("count") < F.col("_pc")).otherwise(F.col("value") < F.col("_pv"))
-    reset = usable & (level | (F.col("start_time_unix_nano") != F.col("_ps")))
-    monotonic = is_hist | F.col("monotonic")
-    # Non-monotonic cumulative sums (up-down counters) have no resets: their delta is the change.
-    whole = (~usable & fresh & monotonic) | (reset & monotonic)
-    zeros = F.expr("array_repeat(0L, size(bucket_counts))")
-    cumulative = (
-        cumulative.withColumn("_reset", F.when(reset & monotonic, 1).otherwise(0))
-        .withColumn("_inc", F.when(whole, F.col("value")).when(usable, F.col("value") - F.col("_pv"))
-                    .otherwise(F.lit(0.0)))
-        .withColumn("_inc_c", F.when(whole, F.col("count")).when(usable, F.col("count") - F.col("_pc"))
-                    .otherwise(F.lit(0)))
-        .withColumn("_inc_h", F.when(whole, F.coalesce("sum", F.lit(0.0)))
-                    .when(usable, F.coalesce("sum", F.lit(0.0)) - F.coalesce("_ph", F.lit(0.0)))
-                    .otherwise(F.lit(0.0)))
-        .withColumn("_inc_b", F.when(~is_hist, F.lit(None)).when(whole, F.col("bucket_counts"))
-                    .when(usable, F.expr("zip_with(bucket_counts, _pb, (x, y) -> x - y)")).otherwise(zeros))
-        .where(~F.col("_seed"))
-        .drop("_seed", "_pt", "_ps", "_pv", "_pc", "_ph", "_pb")
+        seeds = _with_bounds_key(previous).select(
+            _ws_expr(size).alias("_ws"), *_GROUP_KEYS, F.expr(_POINT).alias("_last"), F.lit(True).alias("_seed"))
+        rows = rows.unionByName(seeds, allowMissingColumns=True)
+    series = Window.partitionBy(*_GROUP_KEYS).orderBy("_ws")
+    rows = rows.withColumn("_prev", F.lag("_last").over(series)).where(~F.col("_seed")).drop("_seed")
+    horizon_ns = f"((_ws - {lookback * size}) * 1000000000L)"
+    usable = f"(_prev IS NOT NULL AND _prev.t >= {horizon_ns})"
+    fresh = f"(_first.s > 0 AND _first.s >= {horizon_ns})"
+    monotonic = "(type = 'histogram' OR monotonic)"
+    dropped = "IF(type = 'histogram', _first.c < _prev.c, _first.v < _prev.v)"
+    reset = f"({usable} AND ({dropped} OR _first.s != _prev.s))"
+    whole = f"((NOT {usable} AND {fresh} AND {monotonic}) OR ({reset} AND {monotonic}))"
+    return (
+        rows.withColumn("_whole", F.expr(whole)).withColumn("_usable", F.expr(usable))
+        .withColumn("_reset0", F.expr(f"IF({reset} AND {monotonic}, 1, 0)"))
+        .withColumn("_first_inc", F.expr(
+            "named_struct("
+            "'v', CASE WHEN _whole THEN _first.v WHEN _usable THEN _first.v - _prev.v ELSE 0D END, "
+            "'c', CASE WHEN _whole THEN _first.c WHEN _usable THEN _first.c - _prev.c ELSE 0L END, "
+            "'h', CASE WHEN _whole THEN coalesce(_first.h, 0D) "
+            "WHEN _usable THEN coalesce(_first.h, 0D) - coalesce(_prev.h, 0D) ELSE 0D END, "
+            "'b', CASE WHEN type != 'histogram' THEN NULL WHEN _whole THEN _first.b "
+            "WHEN _usable THEN zip_with(_first.b, _prev.b, (x, y) -> x - y) "
+            "ELSE array_repeat(0L, size(_first.b)) END)"))
     )
-    return cumulative.unionByName(others, allowMissingColumns=True)
 
 
 def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, lookback_windows: int = 5,
@@ -177,16 +191,15 @@ def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, loo
     """Data points -> one row per (window, client instance, metric, data-point attributes), every window
     the points touch (a stream passes only the points of windows it finalizes, see `kct.aggregation.stream`).
 
-    Two levels: cumulative points first get their increment over the series' previous point (one sort of
-    those points, `_with_increments`), then one aggregation per (window, series) sums increments and takes
-    last/min/max/avg; no point is copied into other windows. `previous` holds the series' last points from
-    before these (LAST_POINT_COLUMNS), so deltas stay exact across micro-batches.
+    Two levels, no point copied into other windows. Level 1, one aggregation per (window, series):
+    last/min/max/avg, sums, and for cumulative series the window's points (time, start, value, count,
+    sum, buckets; a handful per window) whose consecutive increments are added up in the window. Level 2,
+    on that much smaller table: each window's first point against the series' previous point
+    (`_with_first_increment`). `previous` holds the series' last points from before these
+    (LAST_POINT_COLUMNS), so deltas stay exact across micro-batches.
     """
     size, lookback = int(window_seconds), int(lookback_windows)
     df = _with_bounds_key(points).withColumn("_ws", _ws_expr(size))
-    if previous is not None:
-        previous = _with_bounds_key(previous).withColumn("_ws", _ws_expr(size))
-    df = _with_increments(df, previous, size, lookback)
     at = F.col("time_unix_nano")
     described = F.struct(*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds")
     aggs: list[Column] = [
@@ -202,14 +215,19 @@ def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, loo
         F.sum("sum").alias("_sum_sum"),
         F.max_by("count", at).alias("_count_last"),
         F.max_by("sum", at).alias("_sum_last"),
-        F.sum("_inc").alias("_inc"),
-        F.sum("_inc_c").alias("_inc_c"),
-        F.sum("_inc_h").alias("_inc_h"),
-        F.sum("_reset").alias("_resets"),
-        _sum_arrays(F.coalesce(F.col("_inc_b"), F.col("bucket_counts"))).alias("_buckets"),
+        F.collect_list(F.when(_cumulative(), F.expr(_POINT))).alias("_pts"),
+        _sum_arrays(F.when(~_cumulative(), F.col("bucket_counts"))).alias("_buckets"),
     ]
-    agg = df.groupBy("_ws", *_GROUP_KEYS).agg(*aggs)
-    return _finish(agg, size)
+    level1 = (
+        df.groupBy("_ws", *_GROUP_KEYS).agg(*aggs)
+        .withColumn("_seq", F.expr("IF(size(_pts) = 0, NULL, array_sort(_pts))"))
+        .withColumn("_first", F.expr("_seq[0]"))
+        .withColumn("_last", F.expr("element_at(_seq, -1)"))
+        .withColumn("_in_sum", F.expr(f"IF(_seq IS NULL OR type != 'sum', NULL, {_IN_WINDOW_SUM})"))
+        .withColumn("_in_hist", F.expr(f"IF(_seq IS NULL OR type != 'histogram', NULL, {_IN_WINDOW_HISTOGRAM})"))
+        .drop("_pts", "_seq")
+    )
+    return _finish(_with_first_increment(level1, previous, size, lookback), size)
 
 
 def _finish(agg: DataFrame, size: int) -> DataFrame:
@@ -217,12 +235,17 @@ def _finish(agg: DataFrame, size: int) -> DataFrame:
     is_sum, is_hist = F.col("type") == "sum", F.col("type") == "histogram"
     snapshot = F.col("type").isin("exponential_histogram", "summary")
     last_snapshot = is_cum | (F.col("type") == "summary")
-    delta = F.when(is_sum & is_cum, F.col("_inc")).when(is_sum, F.col("_value_sum"))
-    resets = F.when(is_cum & (is_sum | is_hist), F.col("_resets")).when(is_sum | is_hist, F.lit(0))
-    count = F.when(is_hist & is_cum, F.col("_inc_c")).when(is_hist, F.col("_count_sum")).when(
+    # Cumulative series: the first point's increment (level 2) plus the window's own (level 1).
+    cum = is_cum & (is_sum | is_hist)
+    delta = F.when(is_sum & is_cum, F.expr("_first_inc.v + _in_sum.v")).when(is_sum, F.col("_value_sum"))
+    resets = F.when(cum, F.expr("_reset0 + coalesce(_in_sum.r, _in_hist.r)")).when(is_sum | is_hist, F.lit(0))
+    count = F.when(is_hist & is_cum, F.expr("_first_inc.c + _in_hist.c")).when(is_hist, F.col("_count_sum")).when(
         snapshot, F.when(last_snapshot, F.col("_count_last")).otherwise(F.col("_count_sum")))
-    total = F.when(is_hist & is_cum, F.col("_inc_h")).when(is_hist, F.coalesce(F.col("_sum_sum"), F.lit(0.0))).when(
+    total = F.when(is_hist & is_cum, F.expr("_first_inc.h + _in_hist.h")).when(
+        is_hist, F.coalesce(F.col("_sum_sum"), F.lit(0.0))).when(
         snapshot, F.when(last_snapshot, F.col("_sum_last")).otherwise(F.col("_sum_sum")))
+    buckets = F.when(is_hist & is_cum, F.expr("zip_with(_first_inc.b, _in_hist.b, (x, y) -> x + y)")).when(
+        is_hist, F.col("_buckets"))
     not_value = is_hist | snapshot
     df = (
         agg.withColumn("window_start", F.timestamp_seconds("_ws"))
@@ -233,7 +256,7 @@ def _finish(agg: DataFrame, size: int) -> DataFrame:
         .withColumn("resets", resets.cast("int"))
         .withColumn("count", count.cast("long"))
         .withColumn("sum", total.cast("double"))
-        .withColumn("bucket_counts", F.when(is_hist, F.col("_buckets")))
+        .withColumn("bucket_counts", buckets)
     )
     for name in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds"):
         df = df.withColumn(name, F.col(f"_d.{name}"))
