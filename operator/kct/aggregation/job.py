@@ -389,14 +389,14 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     return queries
 
 
-def _written_rows(spark: Any, cfg: AggregationConfig, table: str) -> int:
-    """Rows of a table just written (from the Parquet footers; 0 when the job wrote no file)."""
-    from pyspark.errors import AnalysisException
+def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str) -> int:
+    """Write a table and return its row count, counted while writing (an observed metric, no second job)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
 
-    try:
-        return int(spark.read.parquet(_path(cfg, table)).count())
-    except AnalysisException:  # an empty DataFrame writes no data file: nothing to infer a schema from
-        return 0
+    observed = Observation(f"kct_{table}_rows")
+    _write(df.observe(observed, F.count(F.lit(1)).alias("rows")), cfg, table, mode)
+    return int(observed.get.get("rows", 0))
 
 
 def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
@@ -418,8 +418,7 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
         for table, df in outputs.items():
             if df is None:
                 continue
-            _write(df, cfg, table, "overwrite")
-            counts[table] = _written_rows(spark, cfg, table)
+            counts[table] = _write_counted(df, cfg, table, "overwrite")
         if cfg.kafka_output is not None:
             _send_to_kafka(metrics, cfg.kafka_output)
         metrics.unpersist()
