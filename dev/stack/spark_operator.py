@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -83,16 +84,26 @@ def _go() -> str:
     return go
 
 
-def _module_dir() -> Path:
-    """The module's source in Go's own module cache (read-only, shared with other builds), downloaded when
-    missing: building needs its dependencies there anyway."""
+def _module_info() -> dict[str, Any]:
+    """`go mod download -json` of the module: its source (`Dir`) in Go's own module cache (read-only, shared
+    with other builds; building needs the dependencies there anyway) and its origin (`Origin.Hash`)."""
     tool, version = "spark-operator", SPARK_OPERATOR_VERSION
     out = _proc.run([_go(), "mod", "download", "-json", f"{MODULE}@v{version}"], tool=tool, version=version,
                     cwd=_proc.cache_dir("go-scratch"))
-    info = json.loads(out)
+    info: dict[str, Any] = json.loads(out)
     if info.get("Error") or not info.get("Dir"):
         raise _proc.InstallError(tool, version, f"go mod download {MODULE}@v{version}: {info.get('Error')}")
-    return Path(info["Dir"])
+    return info
+
+
+def _module_dir() -> Path:
+    return Path(_module_info()["Dir"])
+
+
+def version_ldflags(tag: str, commit: str) -> str:
+    """What upstream's Makefile stamps into the binary (`spark-operator version` reports the release)."""
+    stamp = {"version": tag, "gitTag": tag, "gitCommit": commit, "gitTreeState": "clean"}
+    return " ".join(["-s", "-w", *(f"-X {MODULE}.{name}={value}" for name, value in stamp.items())])
 
 
 def binary_path() -> Path:
@@ -109,12 +120,14 @@ def binary() -> Path:
     target = binary_path()
     if target.is_file():
         return target
-    source = _module_dir()
+    info = _module_info()
+    source = Path(info["Dir"])
+    ldflags = version_ldflags(f"v{version}", str((info.get("Origin") or {}).get("Hash", "")))
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
     with _proc.step(f"spark-operator {version}: go build ./cmd/operator (minutes when cold)"), \
             tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp, "spark-operator")
-        _proc.run([_go(), "build", "-trimpath", "-ldflags", "-s -w", "-o", str(built), "./cmd/operator"],
+        _proc.run([_go(), "build", "-trimpath", "-ldflags", ldflags, "-o", str(built), "./cmd/operator"],
                   tool=tool, version=version, cwd=source, env=env)
         built.replace(target)
     return target
