@@ -58,7 +58,7 @@ stack-install:  ## download and build what the local stack runs (kube-apiserver,
 pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-unit: venv images spark-jars  ## only the tests that need no server
+unit: venv images spark-jars spark-operator  ## only the tests that need no server
 	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
 
 test: lint plugin-test pytest  ## everything CI runs: lint, JUnit, pytest (the README's test command)
