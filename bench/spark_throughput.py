@@ -200,7 +200,7 @@ def main() -> int:
             line("read", took, records, points)
             took, _ = timed(lambda: decode_records(raw, cfg).where(F.col("value").isNotNull()).count())
             line("decode", took, records, points)
-            took, _ = timed(lambda: aggregate_client_metrics(decoded, watermark_seconds=None)
+            took, _ = timed(lambda: aggregate_client_metrics(decoded)
                             .write.format("noop").mode("overwrite").save())
             line("aggregate", took, records, points)
         raw.unpersist()

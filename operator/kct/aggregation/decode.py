@@ -325,16 +325,19 @@ def decode_arrow_batches(batches: Iterable[Any]) -> Iterator[Any]:
 
 # ---- the JVM decoder (spark/otlp-decoder) ----
 
-# The Java class (a Spark UDF1<byte[], List<Row>>), the SQL name the job registers it under, and its return
-# type: a push's data points, the per-point columns of POINT_SCHEMA (timestamps as nanoseconds only).
+# The Java class (a Spark UDF1<byte[], Row>), the SQL name the job registers it under, and its return type:
+# a push's data points column by column (an array per field), per-metric fields once per metric and the
+# resource attributes once per resource, each point pointing at them by index (timestamps as nanoseconds).
 JVM_DECODER_CLASS: Final = "dev.kct.otlp.OtlpPoints"
 JVM_DECODER_FUNCTION: Final = "kct_otlp_points"
 JVM_POINTS_DDL: Final = (
-    "ARRAY<STRUCT<resource_attributes: MAP<STRING, STRING>, metric: STRING, unit: STRING, type: STRING, "
-    "temporality: STRING, monotonic: BOOLEAN, attributes: MAP<STRING, STRING>, attributes_key: STRING, "
-    "start_time_unix_nano: BIGINT, time_unix_nano: BIGINT, value: DOUBLE, count: BIGINT, sum: DOUBLE, "
-    "bucket_counts: ARRAY<BIGINT>, explicit_bounds: ARRAY<DOUBLE>>>"
+    "STRUCT<resources: ARRAY<MAP<STRING, STRING>>, metrics: ARRAY<STRUCT<metric: STRING, unit: STRING, "
+    "type: STRING, temporality: STRING, monotonic: BOOLEAN>>, resource_ix: ARRAY<INT>, metric_ix: ARRAY<INT>, "
+    "attributes: ARRAY<MAP<STRING, STRING>>, attributes_key: ARRAY<STRING>, start_time_unix_nano: ARRAY<BIGINT>, "
+    "time_unix_nano: ARRAY<BIGINT>, value: ARRAY<DOUBLE>, count: ARRAY<BIGINT>, sum: ARRAY<DOUBLE>, "
+    "bucket_counts: ARRAY<ARRAY<BIGINT>>, explicit_bounds: ARRAY<ARRAY<DOUBLE>>>"
 )
+_JVM_METRIC_FIELDS: Final = ("metric", "unit", "type", "temporality", "monotonic")
 
 
 def _sql_label(name: str) -> str:
@@ -348,9 +351,10 @@ def _sql_label(name: str) -> str:
 
 def jvm_points(records: Any, function: str = JVM_DECODER_FUNCTION) -> Any:
     """Records (RAW_SCHEMA_DDL) -> data points (POINT_SCHEMA_DDL) with the JVM decoder registered as
-    `function`: one call per push returns its points, `explode` makes them rows, labels come from the
-    headers in Spark SQL. Same rows as `decode_arrow_batches` (tests/unit/aggregation/test_jvm_decoder.py);
-    a record that is not a valid push yields no row."""
+    `function`: one call per push returns its points as columns, one `posexplode` over the time column makes
+    them rows (each field read at the point's index), labels come from the headers in Spark SQL. Same rows as
+    `decode_arrow_batches` (tests/unit/aggregation/test_jvm_decoder.py); a record that is not a valid push
+    yields no row."""
     from pyspark.sql import functions as F
 
     instance = (f"coalesce(nullif({_sql_label(L.CLIENT_INSTANCE_ID.name)}, ''), "
@@ -363,22 +367,24 @@ def jvm_points(records: Any, function: str = JVM_DECODER_FUNCTION) -> Any:
         F.expr(f"CASE WHEN {interval} RLIKE '^[0-9]+$' THEN try_cast({interval} AS BIGINT) END")
         .alias("push_interval_ms"),
     ]
-    # Labels once per record, before `explode` (in the same select they would be evaluated once per point).
+    # Labels once per record, before the explode (in the same select they would be evaluated once per point).
     per_record = records.select(*labels, "topic", "partition", "offset", F.expr(f"{function}(value)").alias("ps"))
-    exploded = per_record.select(*(c for c in per_record.columns if c != "ps"), F.explode("ps").alias("p"))
+    exploded = per_record.select("*", F.posexplode("ps.time_unix_nano").alias("i", "_t"))
     per_point = {
-        "start_time": "CASE WHEN p.start_time_unix_nano = 0 THEN NULL "
-                      "ELSE timestamp_micros(p.start_time_unix_nano div 1000) END",
-        "time": "timestamp_micros(p.time_unix_nano div 1000)",
+        "resource_attributes": "ps.resources[ps.resource_ix[i]]",
+        **{name: f"ps.metrics[ps.metric_ix[i]].{name}" for name in _JVM_METRIC_FIELDS},
+        "start_time": "CASE WHEN ps.start_time_unix_nano[i] = 0 THEN NULL "
+                      "ELSE timestamp_micros(ps.start_time_unix_nano[i] div 1000) END",
+        "time": "timestamp_micros(_t div 1000)",
     }
     out = []
     for part in _POINT_FIELDS:
         name, ddl_type = part.split(" ", 1)
         if name in per_point:
             expr = per_point[name]
-        elif name in exploded.columns:
+        elif name in per_record.columns:
             expr = f"`{name}`"
         else:
-            expr = f"p.{name}"
+            expr = f"ps.{name}[i]"
         out.append(F.expr(f"CAST({expr} AS {ddl_type})").alias(name))
     return exploded.select(*out)

@@ -3,15 +3,18 @@
 Wiring only: reading, decoding and the transforms live in their own modules and are tested there. Two
 modes share every transform:
 
-* `stream` (production): two Structured Streaming queries over the same topic. The first aggregates
-  (`aggregate_client_metrics`, append mode, watermark) and hands each micro-batch of finalized windows to
-  `foreachBatch`, which writes client_metrics, derives rollups and alerts from it, and forwards it to the
-  optional Kafka topic. The second writes terminations (stateless). Checkpoints keep offsets and state.
+* `stream` (production): two Structured Streaming queries over the same topic. The first decodes and
+  hands each micro-batch of points to `foreachBatch`, which finalizes the windows the watermark has passed
+  (`kct.aggregation.stream`: the batch transforms plus a small state kept per batch id under the
+  checkpoint), writes client_metrics, derives rollups and alerts from it, and forwards it to the optional
+  Kafka topic. The second writes terminations (stateless). Checkpoints keep offsets and state.
 * `batch`: one read of the topic up to its current end, every window (also the still-open ones), outputs
   overwritten; for tests, demos, backfills and the hourly ScheduledSparkApplication.
 
-Delivery: Parquet appends in `foreachBatch` are at-least-once (a micro-batch replayed after a crash is
-written again); rows carry `window_start` and the series keys, so readers can de-duplicate.
+Delivery: each of a micro-batch's outputs (client_metrics, rollups, alerts, the Kafka topic) is marked
+written per batch id once written, so a batch replayed after a crash writes only what it had not. A Parquet
+append is committed whole by Spark; the Kafka output of a batch interrupted mid-way is sent again (at
+least once). Terminations are appended at least once.
 """
 
 from __future__ import annotations
@@ -43,12 +46,22 @@ __all__ = [
 ]
 
 TABLES = ("client_metrics", "rollups", "terminations", "alerts", "client_metrics_hourly")
+# Tables are partitioned by date only: a folder per metric made each write (a micro-batch, a batch task)
+# produce one small file per metric it held. Rows are clustered by metric inside each file instead (sorted),
+# so a reader's filter on `metric` skips row groups by their statistics.
 _PARTITIONS = {
-    "client_metrics": ("date", "metric"),
-    "client_metrics_hourly": ("date", "metric"),
-    "rollups": ("date", "metric"),
+    "client_metrics": ("date",),
+    "client_metrics_hourly": ("date",),
+    "rollups": ("date",),
     "terminations": ("date",),
     "alerts": ("date",),
+}
+_CLUSTERING = {
+    "client_metrics": ("metric", "window_start"),
+    "client_metrics_hourly": ("metric", "window_start"),
+    "rollups": ("metric", "window_start"),
+    "alerts": ("window_start",),
+    "terminations": ("terminated_at",),
 }
 
 
@@ -229,7 +242,8 @@ def _path(cfg: AggregationConfig, table: str) -> str:
 
 
 def _write(df: Any, cfg: AggregationConfig, table: str, mode: str) -> None:
-    df.write.mode(mode).partitionBy(*_PARTITIONS[table]).parquet(_path(cfg, table))
+    ordered = df.sortWithinPartitions(*_PARTITIONS[table], *_CLUSTERING[table])
+    ordered.write.mode(mode).partitionBy(*_PARTITIONS[table]).parquet(_path(cfg, table))
 
 
 def _send_to_kafka(df: Any, out: KafkaOutputConfig) -> None:
@@ -279,24 +293,62 @@ def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig) -> Any:
     return None if found is None else found.where(F.col("window_start") >= F.lit(first))
 
 
-def _metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, int], None]:
+def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any) -> dict[str, Callable[[], None]]:
+    """What a micro-batch's finalized windows are written to, by output name, in order."""
     from kct.aggregation.transforms import rollups
 
+    def alerts() -> None:
+        fired = _alerts_with_history(spark, metrics, cfg)
+        if fired is not None:
+            _write(fired, cfg, "alerts", "append")
+
+    out = {
+        "client_metrics": lambda: _write(metrics, cfg, "client_metrics", "append"),
+        "rollups": lambda: _write(rollups(metrics), cfg, "rollups", "append"),
+        "alerts": alerts,
+    }
+    if cfg.kafka_output is not None:
+        kafka = cfg.kafka_output
+        out["kafka"] = lambda: _send_to_kafka(metrics, kafka)
+    return out
+
+
+def _write_once(store: Any, batch_id: int, outputs: dict[str, Callable[[], None]]) -> None:
+    """Each output not yet written by this batch id (a replay skips what the first attempt wrote)."""
+    for name, write_output in outputs.items():
+        if not store.written(batch_id, name):
+            write_output()
+            store.mark_written(batch_id, name)
+
+
+def _metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, int], None]:
+    """foreachBatch function: a micro-batch of points -> the windows it finalizes (kct.aggregation.stream):
+    client_metrics, the rollups and alerts derived from them, the optional Kafka topic, each written once
+    per batch id; then the stream state, saved before Spark commits the batch."""
+    from kct.aggregation.stream import StateStore, advance
+
+    store = StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics_state")
+
     def write(batch: Any, batch_id: int) -> None:
-        batch = batch.persist()
+        points = batch.persist()
         try:
-            if batch.isEmpty():
-                return
-            _write(batch, cfg, "client_metrics", "append")
-            rolled = rollups(batch)
-            _write(rolled, cfg, "rollups", "append")
-            fired = _alerts_with_history(spark, batch, cfg)
-            if fired is not None:
-                _write(fired, cfg, "alerts", "append")
-            if cfg.kafka_output is not None:
-                _send_to_kafka(batch, cfg.kafka_output)
+            step = advance(store.load(batch_id), points, window_seconds=cfg.window.size_seconds,
+                           watermark_seconds=cfg.window.watermark_seconds,
+                           lookback_windows=cfg.window.counter_lookback_windows)
+            if step.late_points:
+                print(f"kct aggregate: batch {batch_id}: {step.late_points} late points dropped "
+                      "(their window was final)", file=sys.stderr, flush=True)
+            if step.finalized is not None:
+                metrics = step.finalized.persist()
+                try:
+                    if not metrics.isEmpty():
+                        _write_once(store, batch_id, _metrics_outputs(spark, cfg, metrics))
+                finally:
+                    metrics.unpersist()
+            store.save(batch_id, step.state)
+            store.forget_outputs_before(batch_id)
         finally:
-            batch.unpersist()
+            points.unpersist()
 
     return write
 
@@ -316,15 +368,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     """Start the streaming queries; with `untilDrained` wait until both drained the topic."""
     from pyspark.sql import functions as F
 
-    from kct.aggregation.transforms import aggregate_client_metrics
-
     points = decode_records(read_records(spark, cfg, streaming=True), cfg)
-    metrics = aggregate_client_metrics(
-        points,
-        window_seconds=cfg.window.size_seconds,
-        watermark_seconds=cfg.window.watermark_seconds,
-        lookback_windows=cfg.window.counter_lookback_windows,
-    )
     # Only terminating pushes matter here (KIP-714 sends client.terminating in the final push): filter on the
     # record header before decoding, so this second query does not decode every push again.
     flag = "', '".join(sorted({L.TERMINATING.name, L.TERMINATING.http_header}))
@@ -343,7 +387,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
 
     queries = [
         trigger(
-            metrics.writeStream.queryName("kct_client_metrics").outputMode("append")
+            points.writeStream.queryName("kct_client_metrics").outputMode("append")
             .option("checkpointLocation", f"{checkpoints}/client_metrics")
             .foreachBatch(_metrics_batch_writer(spark, cfg))
         ).start(),
@@ -373,8 +417,7 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     points = decode_records(read_records(spark, cfg, streaming=False), cfg).persist()
     try:
         metrics = aggregate_client_metrics(
-            points, window_seconds=cfg.window.size_seconds, watermark_seconds=None,
-            lookback_windows=cfg.window.counter_lookback_windows,
+            points, window_seconds=cfg.window.size_seconds, lookback_windows=cfg.window.counter_lookback_windows,
         ).persist()
         counts = {"points": points.count()}
         outputs = {

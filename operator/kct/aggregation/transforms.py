@@ -38,6 +38,7 @@ upper bound if negative; the overflow bucket's upper edge is the highest finite 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, Window
@@ -49,12 +50,13 @@ from kct.aggregation.decode import LABEL_COLUMNS  # the broker labels the decode
 __all__ = [
     "CLIENT_METRICS_COLUMNS",
     "LABEL_COLUMNS",
+    "LAST_POINT_COLUMNS",
     "QUANTILES",
     "ROLLUP_DIMENSIONS",
     "aggregate_client_metrics",
     "alerts",
     "hourly",
-    "quantile_expr",
+    "last_points",
     "rollups",
     "terminations",
 ]
@@ -75,158 +77,188 @@ CLIENT_METRICS_COLUMNS: tuple[str, ...] = (
     "sum", "explicit_bounds", "bucket_counts", "p50", "p95", "p99",
 )
 
-_POINT_STRUCT = (
-    "named_struct('t', time_unix_nano, 's', start_time_unix_nano, 'v', value, 'c', count, 'h', sum, "
-    "'b', bucket_counts)"
+# The series keys as grouped on: bucket bounds as a string (`_bk`), not as an array of doubles, which Spark
+# would normalize element by element (-0.0, NaN) with an interpreted higher-order function on every row.
+_GROUP_KEYS: tuple[str, ...] = tuple("_bk" if k == "explicit_bounds" else k for k in SERIES_KEYS)
+
+
+def _with_bounds_key(df: DataFrame) -> DataFrame:
+    return df.withColumn("_bk", F.col("explicit_bounds").cast("string"))
+
+
+# What a stream keeps of each cumulative series between micro-batches: its newest point.
+LAST_POINT_COLUMNS: tuple[str, ...] = (
+    *SERIES_KEYS, "time_unix_nano", "start_time_unix_nano", "value", "count", "sum", "bucket_counts",
 )
 
 
-def quantile_expr(q: float, counts: str, bounds: str) -> Column:
-    """Estimate of quantile `q` from OTLP explicit-bucket counts (SQL column names `counts`, `bounds`).
+def _with_quantiles(df: DataFrame, counts: str = "bucket_counts", bounds: str = "explicit_bounds") -> DataFrame:
+    """Columns p50/p95/p99: estimates from OTLP explicit-bucket counts (SQL column names `counts`, `bounds`).
 
     Bucket i holds (bounds[i-1], bounds[i]]; the rank q*total falls in the first bucket whose cumulative
-    count reaches it, and the estimate interpolates linearly inside that bucket.
+    count reaches it, and the estimate interpolates linearly inside that bucket. Built in steps (total and
+    cumulative counts once, then each quantile's bucket index, then its value), each step a column the
+    next one reads: written as one expression, the cumulative counts were repeated ~8 times per quantile
+    and planning that expression tree cost about a second per job.
     """
-    cum = f"transform({counts}, (x, i) -> aggregate(slice({counts}, 1, i + 1), 0L, (a, y) -> a + y))"
-    total = f"aggregate({counts}, 0L, (a, y) -> a + y)"
-    target = f"({q} * {total})"
-    idx = f"(array_position(transform({cum}, x -> x >= {target}), true) - 1)"
-    lower = f"IF({idx} = 0, LEAST(0D, get({bounds}, 0)), get({bounds}, {idx} - 1))"
-    upper = f"IF({idx} >= size({bounds}), get({bounds}, size({bounds}) - 1), get({bounds}, {idx}))"
-    below = f"IF({idx} = 0, 0L, get({cum}, {idx} - 1))"
-    frac = f"(({target} - {below}) / get({counts}, {idx}))"
-    return F.expr(
-        f"CASE WHEN {counts} IS NULL OR {bounds} IS NULL OR size({bounds}) = 0 OR {total} = 0 "
-        "THEN CAST(NULL AS DOUBLE) "
-        f"ELSE {lower} + ({upper} - {lower}) * {frac} END"
-    )
-
-
-def _with_quantiles(df: DataFrame, counts: str = "bucket_counts", bounds: str = "explicit_bounds") -> DataFrame:
+    usable = f"{counts} IS NOT NULL AND {bounds} IS NOT NULL AND size({bounds}) > 0"
+    df = df.withColumn("_q_total", F.expr(f"IF({usable}, aggregate({counts}, 0L, (a, y) -> a + y), NULL)"))
+    df = df.withColumn("_q_cum", F.expr(
+        f"IF(_q_total > 0, transform({counts}, (x, i) -> aggregate(slice({counts}, 1, i + 1), 0L, (a, y) -> a + y)),"
+        " NULL)"))
     for name, q in QUANTILES:
-        df = df.withColumn(name, quantile_expr(q, counts, bounds))
-    return df
+        target = f"({q} * _q_total)"
+        df = df.withColumn("_q_i", F.expr(f"array_position(transform(_q_cum, x -> x >= {target}), true) - 1"))
+        lower = f"IF(_q_i = 0, LEAST(0D, get({bounds}, 0)), get({bounds}, _q_i - 1))"
+        upper = f"IF(_q_i >= size({bounds}), get({bounds}, size({bounds}) - 1), get({bounds}, _q_i))"
+        below = f"IF(_q_i = 0, 0L, get(_q_cum, _q_i - 1))"
+        df = df.withColumn("_q_lo", F.expr(lower)).withColumn("_q_hi", F.expr(upper)).withColumn(
+            name, F.expr(f"IF(_q_cum IS NULL, CAST(NULL AS DOUBLE), _q_lo + (_q_hi - _q_lo) * "
+                         f"(({target} - {below}) / get({counts}, _q_i)))"))
+    return df.drop("_q_total", "_q_cum", "_q_i", "_q_lo", "_q_hi")
 
 
-def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, watermark_seconds: int | None = 120,
-                             lookback_windows: int = 5) -> DataFrame:
-    """Data points -> one row per (window, client instance, metric, data-point attributes).
+def _ws_expr(size: int) -> Column:
+    """The start (epoch seconds) of the `size`-second window holding each point."""
+    return F.expr(f"(time_unix_nano div {size * 1_000_000_000}) * {size}")
 
-    `watermark_seconds=None` leaves the watermark off (batch runs that must see every window).
+
+def _cumulative() -> Column:
+    return (F.col("temporality") == "cumulative") & F.col("type").isin("sum", "histogram")
+
+
+def _with_increments(points: DataFrame, previous: DataFrame | None, size: int, lookback: int) -> DataFrame:
+    """Each cumulative point with what it adds over the series' previous point (`_inc`, `_inc_c`, `_inc_h`,
+    `_inc_b`) and whether it is a reset (`_reset`); other points pass with nulls.
+
+    The previous point is the series' point just before in time (one sort of the cumulative points by
+    series and time, `lag`), or, for a series' first point here, its last point in `previous` (the state a
+    stream keeps across micro-batches, LAST_POINT_COLUMNS). It counts only when it lies at most `lookback`
+    windows before the point's window; otherwise the point is the first seen.
+    """
+    cumulative = points.where(_cumulative()).withColumn("_seed", F.lit(False))
+    others = points.where(~_cumulative())
+    if previous is not None:
+        seeds = previous.select(*(F.col(c) for c in LAST_POINT_COLUMNS), "_bk", "_ws", F.lit(True).alias("_seed"))
+        cumulative = cumulative.unionByName(seeds, allowMissingColumns=True)
+    series = Window.partitionBy(*_GROUP_KEYS).orderBy("time_unix_nano")
+    for name, col in (("_pt", "time_unix_nano"), ("_ps", "start_time_unix_nano"), ("_pv", "value"),
+                      ("_pc", "count"), ("_ph", "sum"), ("_pb", "bucket_counts")):
+        cumulative = cumulative.withColumn(name, F.lag(col).over(series))
+    horizon_s = F.col("_ws") - F.lit(lookback * size)
+    usable = F.col("_pt").isNotNull() & ((F.col("_pt") / F.lit(1e9)) >= horizon_s)
+    fresh = (F.col("start_time_unix_nano") > 0) & ((F.col("start_time_unix_nano") / F.lit(1e9)) >= horizon_s)
+    is_hist = F.col("type") == "histogram"
+    level = F.when(is_hist, F.col("count") < F.col("_pc")).otherwise(F.col("value") < F.col("_pv"))
+    reset = usable & (level | (F.col("start_time_unix_nano") != F.col("_ps")))
+    monotonic = is_hist | F.col("monotonic")
+    # Non-monotonic cumulative sums (up-down counters) have no resets: their delta is the change.
+    whole = (~usable & fresh & monotonic) | (reset & monotonic)
+    zeros = F.expr("array_repeat(0L, size(bucket_counts))")
+    cumulative = (
+        cumulative.withColumn("_reset", F.when(reset & monotonic, 1).otherwise(0))
+        .withColumn("_inc", F.when(whole, F.col("value")).when(usable, F.col("value") - F.col("_pv"))
+                    .otherwise(F.lit(0.0)))
+        .withColumn("_inc_c", F.when(whole, F.col("count")).when(usable, F.col("count") - F.col("_pc"))
+                    .otherwise(F.lit(0)))
+        .withColumn("_inc_h", F.when(whole, F.coalesce("sum", F.lit(0.0)))
+                    .when(usable, F.coalesce("sum", F.lit(0.0)) - F.coalesce("_ph", F.lit(0.0)))
+                    .otherwise(F.lit(0.0)))
+        .withColumn("_inc_b", F.when(~is_hist, F.lit(None)).when(whole, F.col("bucket_counts"))
+                    .when(usable, F.expr("zip_with(bucket_counts, _pb, (x, y) -> x - y)")).otherwise(zeros))
+        .where(~F.col("_seed"))
+        .drop("_seed", "_pt", "_ps", "_pv", "_pc", "_ph", "_pb")
+    )
+    return cumulative.unionByName(others, allowMissingColumns=True)
+
+
+def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, lookback_windows: int = 5,
+                             previous: DataFrame | None = None) -> DataFrame:
+    """Data points -> one row per (window, client instance, metric, data-point attributes), every window
+    the points touch (a stream passes only the points of windows it finalizes, see `kct.aggregation.stream`).
+
+    Two levels: cumulative points first get their increment over the series' previous point (one sort of
+    those points, `_with_increments`), then one aggregation per (window, series) sums increments and takes
+    last/min/max/avg; no point is copied into other windows. `previous` holds the series' last points from
+    before these (LAST_POINT_COLUMNS), so deltas stay exact across micro-batches.
     """
     size, lookback = int(window_seconds), int(lookback_windows)
-    cumulative = F.col("temporality") == "cumulative"
-    carried = cumulative & F.col("type").isin("sum", "histogram")
-    df = points.withColumn("_ws", F.expr(f"(time_unix_nano div {size * 1_000_000_000}) * {size}")).withColumn(
-        "_k", F.explode(F.when(carried, F.sequence(F.lit(0), F.lit(lookback))).otherwise(F.array(F.lit(0))))
-    )
-    df = df.withColumn("event_time", F.timestamp_seconds(F.col("_ws") + F.col("_k") * size))
-    if watermark_seconds is not None:
-        # Carry rows sit up to `lookback` windows ahead of the newest point and push the event-time maximum
-        # ahead by as much; widening the delay by the same amount keeps the tolerance for late points at
-        # `watermark_seconds` (the price: windows are emitted later by lookback x size).
-        df = df.withWatermark("event_time", f"{int(watermark_seconds) + lookback * size} seconds")
-
-    own = F.col("_k") == 0
-    own_time = F.when(own, F.col("time_unix_nano"))
-    keep_points = own & (carried | (F.col("type") == "histogram"))
+    df = _with_bounds_key(points).withColumn("_ws", _ws_expr(size))
+    if previous is not None:
+        previous = _with_bounds_key(previous).withColumn("_ws", _ws_expr(size))
+    df = _with_increments(df, previous, size, lookback)
+    at = F.col("time_unix_nano")
+    described = F.struct(*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds")
     aggs: list[Column] = [
-        F.count(F.when(own, F.lit(1))).alias("points"),
-        *(F.max_by(c, own_time).alias(c) for c in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes")),
-        F.max(F.when(own, F.col("time"))).alias("last_time"),
-        F.max_by("value", own_time).alias("value_last"),
-        F.min(F.when(own, F.col("value"))).alias("value_min"),
-        F.max(F.when(own, F.col("value"))).alias("value_max"),
-        F.avg(F.when(own, F.col("value"))).alias("value_avg"),
-        F.sum(F.when(own, F.col("value"))).alias("_value_sum"),
-        F.sum(F.when(own, F.col("count"))).alias("_count_sum"),
-        F.sum(F.when(own, F.col("sum"))).alias("_sum_sum"),
-        F.max_by("count", own_time).alias("_count_last"),
-        F.max_by("sum", own_time).alias("_sum_last"),
-        F.max_by(F.expr(_POINT_STRUCT), F.when(~own, F.col("time_unix_nano"))).alias("_carry"),
-        F.collect_list(F.when(keep_points, F.expr(_POINT_STRUCT))).alias("_pts"),
+        F.count(F.lit(1)).alias("points"),
+        F.max_by(described, at).alias("_d"),
+        F.max("time").alias("last_time"),
+        F.max_by("value", at).alias("value_last"),
+        F.min("value").alias("value_min"),
+        F.max("value").alias("value_max"),
+        F.avg("value").alias("value_avg"),
+        F.sum("value").alias("_value_sum"),
+        F.sum("count").alias("_count_sum"),
+        F.sum("sum").alias("_sum_sum"),
+        F.max_by("count", at).alias("_count_last"),
+        F.max_by("sum", at).alias("_sum_last"),
+        F.sum("_inc").alias("_inc"),
+        F.sum("_inc_c").alias("_inc_c"),
+        F.sum("_inc_h").alias("_inc_h"),
+        F.sum("_reset").alias("_resets"),
+        _sum_arrays(F.coalesce(F.col("_inc_b"), F.col("bucket_counts"))).alias("_buckets"),
     ]
-    agg = df.groupBy(F.window("event_time", f"{size} seconds").alias("w"), *SERIES_KEYS).agg(*aggs)
-    return _finish(agg.where(F.col("points") > 0), size, lookback)
+    agg = df.groupBy("_ws", *_GROUP_KEYS).agg(*aggs)
+    return _finish(agg, size)
 
 
-def _finish(agg: DataFrame, size: int, lookback: int) -> DataFrame:
-    horizon_ns = f"((unix_seconds(w.start) - {lookback * size}) * 1000000000L)"
-    df = agg.withColumn("_seq", F.expr("array_sort(_pts)")).withColumn(
-        "_full", F.expr("IF(_carry IS NULL, _seq, concat(array(_carry), _seq))")
-    ).withColumn("_pairs", F.expr("filter(sequence(0, size(_full) - 1), i -> i > 0)"))
-    # First point of a series seen for the first time: counts from its start when that is recent.
-    fresh = f"(_carry IS NULL AND get(_seq, 0).s > 0 AND get(_seq, 0).s >= {horizon_ns})"
-    reset = "(_full[i].{f} < _full[i - 1].{f} OR _full[i].s != _full[i - 1].s)"
-    counter = (
-        f"aggregate(_pairs, named_struct('d', IF({fresh}, get(_seq, 0).v, 0D), 'r', 0), (acc, i) -> "
-        f"IF({reset.format(f='v')}, named_struct('d', acc.d + _full[i].v, 'r', acc.r + 1), "
-        "named_struct('d', acc.d + _full[i].v - _full[i - 1].v, 'r', acc.r)))"
-    )
-    add = "zip_with({a}, {b}, (x, y) -> x + y)"
-    sub = "zip_with({a}, {b}, (x, y) -> x - y)"
-    zeros = "array_repeat(0L, size(explicit_bounds) + 1)"
-    hist_init = (
-        f"IF({fresh}, named_struct('b', get(_seq, 0).b, 'c', get(_seq, 0).c, "
-        "'h', coalesce(get(_seq, 0).h, 0D), 'r', 0), "
-        f"named_struct('b', {zeros}, 'c', 0L, 'h', 0D, 'r', 0))"
-    )
-    cum_hist = (
-        f"aggregate(_pairs, {hist_init}, (acc, i) -> IF({reset.format(f='c')}, "
-        f"named_struct('b', {add.format(a='acc.b', b='_full[i].b')}, 'c', acc.c + _full[i].c, "
-        "'h', acc.h + coalesce(_full[i].h, 0D), 'r', acc.r + 1), "
-        f"named_struct('b', {add.format(a='acc.b', b=sub.format(a='_full[i].b', b='_full[i - 1].b'))}, "
-        "'c', acc.c + _full[i].c - _full[i - 1].c, "
-        "'h', acc.h + coalesce(_full[i].h, 0D) - coalesce(_full[i - 1].h, 0D), 'r', acc.r)))"
-    )
-    delta_hist = (
-        f"aggregate(_seq, named_struct('b', {zeros}, 'c', 0L, 'h', 0D, 'r', 0), (acc, p) -> "
-        f"named_struct('b', {add.format(a='acc.b', b='p.b')}, 'c', acc.c + p.c, 'h', acc.h + coalesce(p.h, 0D), "
-        "'r', 0))"
-    )
+def _finish(agg: DataFrame, size: int) -> DataFrame:
     is_cum = F.col("temporality") == "cumulative"
     is_sum, is_hist = F.col("type") == "sum", F.col("type") == "histogram"
-    counter_col = F.expr(counter)
-    hist = F.when(is_hist & is_cum, F.expr(cum_hist)).when(is_hist, F.expr(delta_hist))
-    df = df.withColumn("_counter", counter_col).withColumn("_hist", hist)
-    delta = (
-        F.when(is_sum & is_cum & F.col("monotonic"), F.col("_counter.d"))
-        .when(is_sum & is_cum, F.expr("try_element_at(_full, -1).v - get(_full, 0).v"))
-        .when(is_sum, F.col("_value_sum"))
-    )
-    resets = F.when(is_sum & is_cum & F.col("monotonic"), F.col("_counter.r")).when(
-        is_hist & is_cum, F.col("_hist.r")
-    ).when(is_sum | is_hist, F.lit(0))
-    count = F.when(is_hist, F.col("_hist.c")).when(
-        F.col("type").isin("exponential_histogram", "summary"),
-        F.when(is_cum | (F.col("type") == "summary"), F.col("_count_last")).otherwise(F.col("_count_sum")),
-    )
-    total = F.when(is_hist, F.col("_hist.h")).when(
-        F.col("type").isin("exponential_histogram", "summary"),
-        F.when(is_cum | (F.col("type") == "summary"), F.col("_sum_last")).otherwise(F.col("_sum_sum")),
-    )
+    snapshot = F.col("type").isin("exponential_histogram", "summary")
+    last_snapshot = is_cum | (F.col("type") == "summary")
+    delta = F.when(is_sum & is_cum, F.col("_inc")).when(is_sum, F.col("_value_sum"))
+    resets = F.when(is_cum & (is_sum | is_hist), F.col("_resets")).when(is_sum | is_hist, F.lit(0))
+    count = F.when(is_hist & is_cum, F.col("_inc_c")).when(is_hist, F.col("_count_sum")).when(
+        snapshot, F.when(last_snapshot, F.col("_count_last")).otherwise(F.col("_count_sum")))
+    total = F.when(is_hist & is_cum, F.col("_inc_h")).when(is_hist, F.coalesce(F.col("_sum_sum"), F.lit(0.0))).when(
+        snapshot, F.when(last_snapshot, F.col("_sum_last")).otherwise(F.col("_sum_sum")))
+    not_value = is_hist | snapshot
     df = (
-        df.withColumn("window_start", F.col("w.start"))
-        .withColumn("window_end", F.col("w.end"))
-        .withColumn("date", F.date_format(F.col("w.start"), "yyyy-MM-dd"))
+        agg.withColumn("window_start", F.timestamp_seconds("_ws"))
+        .withColumn("window_end", F.timestamp_seconds(F.col("_ws") + F.lit(size)))
+        .withColumn("date", F.date_format(F.col("window_start"), "yyyy-MM-dd"))
         .withColumn("delta", delta)
         .withColumn("rate", delta / F.lit(float(size)))
         .withColumn("resets", resets.cast("int"))
         .withColumn("count", count.cast("long"))
         .withColumn("sum", total.cast("double"))
-        .withColumn("bucket_counts", F.when(is_hist, F.col("_hist.b")))
+        .withColumn("bucket_counts", F.when(is_hist, F.col("_buckets")))
     )
-    not_value = F.col("type").isin("histogram", "exponential_histogram", "summary")
+    for name in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds"):
+        df = df.withColumn(name, F.col(f"_d.{name}"))
     for name in ("value_last", "value_min", "value_max", "value_avg"):
         df = df.withColumn(name, F.when(~not_value, F.col(name)))
     return _with_quantiles(df).select(*CLIENT_METRICS_COLUMNS)
 
 
-def _sum_arrays(col: str) -> Column:
+def last_points(points: DataFrame, previous: DataFrame | None = None) -> DataFrame:
+    """Each cumulative series' newest point (LAST_POINT_COLUMNS) among `points` and `previous`: the state a
+    stream carries to the next micro-batch so the next window's delta starts from it."""
+    cols = [F.col(c) for c in LAST_POINT_COLUMNS]
+    df = points.where(_cumulative()).select(*cols)
+    if previous is not None:
+        df = df.unionByName(previous.select(*cols))
+    keys = [k for k in _GROUP_KEYS if k != "_bk"]
+    newest = F.max_by(F.struct(*(c for c in LAST_POINT_COLUMNS if c not in keys)), "time_unix_nano")
+    return _with_bounds_key(df).groupBy(*keys, "_bk").agg(newest.alias("_p")).select(*keys, "_p.*")
+
+
+def _sum_arrays(col: str | Column) -> Column:
     """Element-wise sum of the arrays collected from `col` (one bucket layout per group)."""
-    return F.expr(
-        f"aggregate(collect_list({col}), CAST(NULL AS ARRAY<BIGINT>), "
-        "(acc, b) -> IF(acc IS NULL, b, zip_with(acc, b, (x, y) -> x + y)))"
+    return F.aggregate(
+        F.collect_list(col), F.lit(None).cast("array<bigint>"),
+        lambda acc, b: F.when(acc.isNull(), b).otherwise(F.zip_with(acc, b, lambda x, y: x + y)),
     )
 
 
@@ -235,36 +267,40 @@ def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | 
 
     Counters: deltas and rates summed over instances. Gauges: sum of the instances' last values, min of
     mins, max of maxes, mean of means. Histograms: buckets, counts and sums merged, quantiles recomputed.
+    All dimensions come out of one aggregation (grouping sets: one shuffle, not one per dimension).
+    `instances` counts the client_metrics rows merged: one per client instance, since a series' row is
+    unique per window and instance (type, temporality and bounds are grouped on, unit and monotonicity
+    belong to the metric).
     """
     dims = dimensions or ROLLUP_DIMENSIONS
-    parts: list[DataFrame] = []
-    keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key",
-            "explicit_bounds")
-    for name, cols in dims.items():
-        grouped = client_metrics.groupBy(*keys, *cols).agg(
-            F.first("attributes").alias("attributes"),
-            F.countDistinct("client_instance_id").alias("instances"),
-            F.sum("points").alias("points"),
-            F.sum("value_last").alias("value_last_sum"),
-            F.min("value_min").alias("value_min"),
-            F.max("value_max").alias("value_max"),
-            F.avg("value_avg").alias("value_avg"),
-            F.sum("delta").alias("delta"),
-            F.sum("rate").alias("rate"),
-            F.sum("resets").alias("resets"),
-            F.sum("count").alias("count"),
-            F.sum("sum").alias("sum"),
-            _sum_arrays("bucket_counts").alias("bucket_counts"),
-        )
-        parts.append(
-            grouped.withColumn("dimension", F.lit(name)).withColumn(
-                "dimension_value", F.concat_ws("/", *(F.coalesce(F.col(c), F.lit("")) for c in cols))
-            ).drop(*cols)
-        )
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    out = _with_quantiles(out)
+    keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key", "_bk")
+    dim_columns = list(dict.fromkeys(c for cols in dims.values() for c in cols))
+    source = _with_bounds_key(client_metrics)
+    grouped = source.groupingSets([[*keys, *cols] for cols in dims.values()], *keys, *dim_columns).agg(
+        *(F.grouping(c).alias(f"_g_{c}") for c in dim_columns),
+        F.first("explicit_bounds").alias("explicit_bounds"),
+        F.first("attributes").alias("attributes"),
+        F.count(F.lit(1)).alias("instances"),
+        F.sum("points").alias("points"),
+        F.sum("value_last").alias("value_last_sum"),
+        F.min("value_min").alias("value_min"),
+        F.max("value_max").alias("value_max"),
+        F.avg("value_avg").alias("value_avg"),
+        F.sum("delta").alias("delta"),
+        F.sum("rate").alias("rate"),
+        F.sum("resets").alias("resets"),
+        F.sum("count").alias("count"),
+        F.sum("sum").alias("sum"),
+        _sum_arrays("bucket_counts").alias("bucket_counts"),
+    )
+    # Which grouping set a row belongs to: the dimension whose columns are all grouped on in it.
+    name = F.lit(None).cast("string")
+    value = F.lit(None).cast("string")
+    for dim, cols in dims.items():
+        this = functools.reduce(lambda a, b: a & b, [F.col(f"_g_{c}") == 0 for c in cols])
+        name = F.when(this, F.lit(dim)).otherwise(name)
+        value = F.when(this, F.concat_ws("/", *(F.coalesce(F.col(c), F.lit("")) for c in cols))).otherwise(value)
+    out = _with_quantiles(grouped.withColumn("dimension", name).withColumn("dimension_value", value))
     return out.select(
         "window_start", "window_end", "date", "dimension", "dimension_value", "metric", "unit", "type",
         "temporality", "attributes", "attributes_key", "instances", "points", "value_last_sum", "value_min",
@@ -284,8 +320,9 @@ def hourly(client_metrics: DataFrame, hours: int = 1) -> DataFrame:
     w = F.window("window_start", f"{size} seconds")
     newest = F.col("window_start")
     snapshot = F.col("type").isin("exponential_histogram", "summary")
-    grouped = client_metrics.groupBy(w.alias("w"), *SERIES_KEYS).agg(
-        *(F.max_by(c, newest).alias(c) for c in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes")),
+    grouped = _with_bounds_key(client_metrics).groupBy(w.alias("w"), *_GROUP_KEYS).agg(
+        *(F.max_by(c, newest).alias(c)
+          for c in (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds")),
         F.sum("points").alias("points"),
         F.max("last_time").alias("last_time"),
         F.max_by("value_last", newest).alias("value_last"),

@@ -144,7 +144,7 @@ def test_spark_pipeline_agrees_with_a_plain_python_recomputation(spark: Any) -> 
         [(r.key, r.value, "t", 0, i, now, r.headers) for i, r in enumerate(records)], RAW_SCHEMA_DDL
     )
     rows = aggregate_client_metrics(
-        decode_records(raw), window_seconds=WINDOW, watermark_seconds=None, lookback_windows=LOOKBACK
+        decode_records(raw), window_seconds=WINDOW, lookback_windows=LOOKBACK
     ).collect()
     expected = recompute(records)
     got = {(r.client_instance_id, r.metric, r.attributes_key, int(r.window_start.timestamp())): r for r in rows}

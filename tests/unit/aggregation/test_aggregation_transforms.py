@@ -29,7 +29,6 @@ def by_window(rows: list[Any]) -> dict[float, Any]:
 
 
 def aggregate(spark: Any, rows: list[dict[str, Any]], **kw: Any) -> list[Any]:
-    kw.setdefault("watermark_seconds", None)
     return aggregate_client_metrics(points_df(spark, rows), window_seconds=60, **kw).collect()
 
 
@@ -153,7 +152,7 @@ def test_rollups_sum_counters_and_merge_histograms_across_instances(spark: Any) 
         hist(10, [1, 0], 1.0, "delta", [5.0]),
         hist(10, [0, 3], 30.0, "delta", [5.0], client_instance_id="inst-2"),
     ]
-    metrics = aggregate_client_metrics(points_df(spark, rows), window_seconds=60, watermark_seconds=None)
+    metrics = aggregate_client_metrics(points_df(spark, rows), window_seconds=60)
     out = {(r.dimension, r.metric): r for r in rollups(metrics).collect()}
     sent = out[("client_id", SENT)]
     assert (sent.dimension_value, sent.delta, sent.instances) == ("producer-1", 42.0, 2)
@@ -183,47 +182,13 @@ def test_threshold_rule_fires_after_the_duration(spark: Any) -> None:
     Then windows 3 and 4 fire (breach of 240 s and 300 s since window 0); window 6 (60 s) does not."""
     values = [6000, 6000, 6000, 6000, 6000, 100, 7000]
     rows = [point(QTIME, 60 * k + 30, float(v)) for k, v in enumerate(values)]
-    metrics = aggregate_client_metrics(points_df(spark, rows), window_seconds=60, watermark_seconds=None)
+    metrics = aggregate_client_metrics(points_df(spark, rows), window_seconds=60)
     rule = ThresholdRule(name="queue-latency", metric=QTIME, field="max", op=">", threshold=5000, for_seconds=180)
     found = alerts(metrics, [rule])
     assert found is not None
     fired = sorted((r.window_start.timestamp(), r.breach_seconds, r.rule) for r in found.collect())
     assert fired == [(window(3), 240, "queue-latency"), (window(4), 300, "queue-latency")]
     assert alerts(metrics, []) is None
-
-
-def test_late_points_within_the_watermark_count_and_beyond_it_are_dropped(spark: Any, tmp_path: Any) -> None:
-    """Given a stream (watermark 60 s, look-back 1 window, so a delay of 120 s) that first sees points in
-    windows 0 and 3 (the watermark moves to window 3's start minus 120 s = the end of window 0),
-    When a late point for window 0 (behind the watermark) and one for window 2 (late, but not behind it)
-    arrive, and then a point in window 6 closes the open windows,
-    Then window 0 holds only its original point, and window 2 holds the late point; a counter's delta in
-    window 1 is taken against its point of window 0, which arrived in an earlier micro-batch (state)."""
-    from kct.aggregation.decode import POINT_SCHEMA_DDL
-
-    source = tmp_path / "points"
-    source.mkdir()
-    stream = spark.readStream.schema(POINT_SCHEMA_DDL).parquet(str(source))
-    metrics = aggregate_client_metrics(stream, window_seconds=60, watermark_seconds=60, lookback_windows=1)
-    query = (
-        metrics.writeStream.format("memory").queryName("late_points").outputMode("append")
-        .option("checkpointLocation", str(tmp_path / "checkpoint")).start()
-    )
-    try:
-        for batch in ([point(QTIME, 10, 1.0), point(QTIME, 200, 3.0), counter(10, 100, 5)],
-                      [point(QTIME, 20, 99.0), point(QTIME, 130, 2.0), counter(70, 160, 5)],
-                      [point(QTIME, 400, 6.0)]):
-            points_df(spark, batch).write.mode("append").parquet(str(source))
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    rows = spark.sql("SELECT * FROM late_points").collect()
-    out = by_window([r for r in rows if r.metric == QTIME])
-    sent = by_window([r for r in rows if r.metric == SENT])
-    assert (out[window(0)].points, out[window(0)].value_max) == (1, 1.0)
-    assert (sent[window(0)].delta, sent[window(1)].delta) == (100.0, 60.0)
-    assert (out[window(2)].points, out[window(2)].value_last) == (1, 2.0)
-    assert window(3) in out and window(6) not in out
 
 
 def test_hourly_rollup_adds_deltas_and_weights_averages(spark: Any) -> None:
@@ -233,7 +198,7 @@ def test_hourly_rollup_adds_deltas_and_weights_averages(spark: Any) -> None:
     Then the hour holds delta 160 (rate 160/3600), the gauge's avg (1 + 12) / 4 and its last value."""
     rows = [counter(10, 100, 5), counter(70, 160, 5), point(QTIME, 10, 1.0),
             point(QTIME, 65, 2.0), point(QTIME, 75, 6.0), point(QTIME, 85, 4.0)]
-    metrics = aggregate_client_metrics(points_df(spark, rows), window_seconds=60, watermark_seconds=None)
+    metrics = aggregate_client_metrics(points_df(spark, rows), window_seconds=60)
     out = {r.metric: r for r in hourly(metrics).collect()}
     assert (out[SENT].delta, out[SENT].points) == (160.0, 2)
     assert out[SENT].rate == pytest.approx(160 / 3600)

@@ -18,6 +18,7 @@ import java.math.BigDecimal;
 import java.math.MathContext;
 import java.math.RoundingMode;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -27,49 +28,107 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF1;
 
 /**
- * Spark SQL function: one OTLP {@code ExportMetricsServiceRequest} (bytes) to its data points, as an array
- * of structs ({@link #RETURN_TYPE_DDL}). The job explodes the array and adds the record's labels, so every
- * per-point step runs on the JVM.
+ * Spark SQL function: one OTLP {@code ExportMetricsServiceRequest} (bytes) to its data points, column by
+ * column ({@link #RETURN_TYPE_DDL}): one struct per push holding an array per point field, the per-metric
+ * fields once per metric ({@code metrics}, indexed by {@code metric_ix}) and the resource attributes once
+ * per resource ({@code resources}, indexed by {@code resource_ix}). The job turns the arrays into rows with
+ * one {@code posexplode} in Spark SQL; no per-point {@code Row} is built here (building and converting them
+ * was most of the decoding time).
  *
  * <p>Mirrors {@code kct.aggregation.decode} (the Python decoder) value for value: attribute values become
  * strings the way Python's {@code str()} renders them (doubles as Python {@code repr}, bytes as hex, arrays
  * and key-value lists as their protobuf text format on one line), integer values become doubles, a metric
  * without data or without points yields nothing, and a record that is not a valid push (or is null) yields
- * an empty array, as the Python decoder skips it.
+ * no points.
  */
-public final class OtlpPoints implements UDF1<byte[], List<Row>> {
+public final class OtlpPoints implements UDF1<byte[], Row> {
   private static final long serialVersionUID = 1L;
 
-  /** The struct of one element of the returned array (Spark DDL), field order as in the rows. */
+  /** The returned struct (Spark DDL), field order as in the rows. */
   public static final String RETURN_TYPE_DDL =
-      "ARRAY<STRUCT<resource_attributes: MAP<STRING, STRING>, metric: STRING, unit: STRING, type: STRING, "
-          + "temporality: STRING, monotonic: BOOLEAN, attributes: MAP<STRING, STRING>, "
-          + "attributes_key: STRING, start_time_unix_nano: BIGINT, time_unix_nano: BIGINT, value: DOUBLE, "
-          + "count: BIGINT, sum: DOUBLE, bucket_counts: ARRAY<BIGINT>, explicit_bounds: ARRAY<DOUBLE>>>";
+      "STRUCT<resources: ARRAY<MAP<STRING, STRING>>, metrics: ARRAY<STRUCT<metric: STRING, unit: STRING, "
+          + "type: STRING, temporality: STRING, monotonic: BOOLEAN>>, resource_ix: ARRAY<INT>, "
+          + "metric_ix: ARRAY<INT>, attributes: ARRAY<MAP<STRING, STRING>>, attributes_key: ARRAY<STRING>, "
+          + "start_time_unix_nano: ARRAY<BIGINT>, time_unix_nano: ARRAY<BIGINT>, value: ARRAY<DOUBLE>, "
+          + "count: ARRAY<BIGINT>, sum: ARRAY<DOUBLE>, bucket_counts: ARRAY<ARRAY<BIGINT>>, "
+          + "explicit_bounds: ARRAY<ARRAY<DOUBLE>>>";
 
   private static final Map<String, String> EMPTY = Collections.emptyMap();
+  private static final Row NO_POINTS = new Columns().row();
+
+  /** The columns of one push, filled point by point. */
+  private static final class Columns {
+    final List<Map<String, String>> resources = new ArrayList<>();
+    final List<Row> metrics = new ArrayList<>();
+    int size;
+    int[] resourceIx = new int[16];
+    int[] metricIx = new int[16];
+    Object[] attributes = new Object[16];
+    String[] attributesKey = new String[16];
+    long[] start = new long[16];
+    long[] time = new long[16];
+    Double[] value = new Double[16];
+    Long[] count = new Long[16];
+    Double[] sum = new Double[16];
+    Object[] buckets = new Object[16];
+    Object[] bounds = new Object[16];
+
+    /** Room for one more point; its index. */
+    int add(Map<String, String> attrs, long startNanos, long timeNanos) {
+      if (size == time.length) {
+        int n = size * 2;
+        resourceIx = Arrays.copyOf(resourceIx, n);
+        metricIx = Arrays.copyOf(metricIx, n);
+        attributes = Arrays.copyOf(attributes, n);
+        attributesKey = Arrays.copyOf(attributesKey, n);
+        start = Arrays.copyOf(start, n);
+        time = Arrays.copyOf(time, n);
+        value = Arrays.copyOf(value, n);
+        count = Arrays.copyOf(count, n);
+        sum = Arrays.copyOf(sum, n);
+        buckets = Arrays.copyOf(buckets, n);
+        bounds = Arrays.copyOf(bounds, n);
+      }
+      int i = size++;
+      resourceIx[i] = resources.size() - 1;
+      metricIx[i] = metrics.size() - 1;
+      attributes[i] = attrs;
+      attributesKey[i] = key(attrs);
+      start[i] = startNanos;
+      time[i] = timeNanos;
+      return i;
+    }
+
+    Row row() {
+      return RowFactory.create(resources.toArray(), metrics.toArray(), Arrays.copyOf(resourceIx, size),
+          Arrays.copyOf(metricIx, size), Arrays.copyOf(attributes, size), Arrays.copyOf(attributesKey, size),
+          Arrays.copyOf(start, size), Arrays.copyOf(time, size), Arrays.copyOf(value, size),
+          Arrays.copyOf(count, size), Arrays.copyOf(sum, size), Arrays.copyOf(buckets, size),
+          Arrays.copyOf(bounds, size));
+    }
+  }
 
   @Override
-  public List<Row> call(byte[] value) {
+  public Row call(byte[] value) {
     if (value == null) {
-      return Collections.emptyList();
+      return NO_POINTS;
     }
     ExportMetricsServiceRequest request;
     try {
       request = ExportMetricsServiceRequest.parseFrom(value);
     } catch (InvalidProtocolBufferException e) {
-      return Collections.emptyList();
+      return NO_POINTS;
     }
-    List<Row> out = new ArrayList<>();
+    Columns out = new Columns();
     for (ResourceMetrics rm : request.getResourceMetricsList()) {
-      Map<String, String> resource = attributes(rm.getResource().getAttributesList());
+      out.resources.add(attributes(rm.getResource().getAttributesList()));
       for (ScopeMetrics sm : rm.getScopeMetricsList()) {
         for (Metric metric : sm.getMetricsList()) {
-          decodeMetric(out, resource, metric);
+          decodeMetric(out, metric);
         }
       }
     }
-    return out;
+    return out.row();
   }
 
   private static String temporality(int value) {
@@ -83,49 +142,59 @@ public final class OtlpPoints implements UDF1<byte[], List<Row>> {
     }
   }
 
-  private static void decodeMetric(List<Row> out, Map<String, String> resource, Metric metric) {
+  private static void decodeMetric(Columns out, Metric metric) {
     String name = metric.getName();
     String unit = metric.getUnit();
     switch (metric.getDataCase()) {
       case GAUGE:
-        for (NumberDataPoint p : metric.getGauge().getDataPointsList()) {
-          out.add(number(resource, name, unit, "gauge", null, null, p));
+        if (metric.getGauge().getDataPointsCount() > 0) {
+          out.metrics.add(RowFactory.create(name, unit, "gauge", null, null));
+          for (NumberDataPoint p : metric.getGauge().getDataPointsList()) {
+            number(out, p);
+          }
         }
         break;
-      case SUM: {
-        String temporality = temporality(metric.getSum().getAggregationTemporalityValue());
-        Boolean monotonic = metric.getSum().getIsMonotonic();
-        for (NumberDataPoint p : metric.getSum().getDataPointsList()) {
-          out.add(number(resource, name, unit, "sum", temporality, monotonic, p));
+      case SUM:
+        if (metric.getSum().getDataPointsCount() > 0) {
+          out.metrics.add(RowFactory.create(name, unit, "sum",
+              temporality(metric.getSum().getAggregationTemporalityValue()), metric.getSum().getIsMonotonic()));
+          for (NumberDataPoint p : metric.getSum().getDataPointsList()) {
+            number(out, p);
+          }
         }
         break;
-      }
-      case HISTOGRAM: {
-        String temporality = temporality(metric.getHistogram().getAggregationTemporalityValue());
-        for (HistogramDataPoint p : metric.getHistogram().getDataPointsList()) {
-          Map<String, String> attrs = attributes(p.getAttributesList());
-          out.add(RowFactory.create(resource, name, unit, "histogram", temporality, null, attrs, key(attrs),
-              p.getStartTimeUnixNano(), p.getTimeUnixNano(), null, p.getCount(),
-              p.hasSum() ? (Object) p.getSum() : null,
-              new ArrayList<Long>(p.getBucketCountsList()), new ArrayList<Double>(p.getExplicitBoundsList())));
+      case HISTOGRAM:
+        if (metric.getHistogram().getDataPointsCount() > 0) {
+          out.metrics.add(RowFactory.create(name, unit, "histogram",
+              temporality(metric.getHistogram().getAggregationTemporalityValue()), null));
+          for (HistogramDataPoint p : metric.getHistogram().getDataPointsList()) {
+            int i = out.add(attributes(p.getAttributesList()), p.getStartTimeUnixNano(), p.getTimeUnixNano());
+            out.count[i] = p.getCount();
+            out.sum[i] = p.hasSum() ? p.getSum() : null;
+            out.buckets[i] = p.getBucketCountsList().toArray(new Long[0]);
+            out.bounds[i] = p.getExplicitBoundsList().toArray(new Double[0]);
+          }
         }
         break;
-      }
-      case EXPONENTIAL_HISTOGRAM: {
-        String temporality = temporality(metric.getExponentialHistogram().getAggregationTemporalityValue());
-        for (ExponentialHistogramDataPoint p : metric.getExponentialHistogram().getDataPointsList()) {
-          Map<String, String> attrs = attributes(p.getAttributesList());
-          out.add(RowFactory.create(resource, name, unit, "exponential_histogram", temporality, null, attrs,
-              key(attrs), p.getStartTimeUnixNano(), p.getTimeUnixNano(), null, p.getCount(),
-              p.hasSum() ? (Object) p.getSum() : null, null, null));
+      case EXPONENTIAL_HISTOGRAM:
+        if (metric.getExponentialHistogram().getDataPointsCount() > 0) {
+          out.metrics.add(RowFactory.create(name, unit, "exponential_histogram",
+              temporality(metric.getExponentialHistogram().getAggregationTemporalityValue()), null));
+          for (ExponentialHistogramDataPoint p : metric.getExponentialHistogram().getDataPointsList()) {
+            int i = out.add(attributes(p.getAttributesList()), p.getStartTimeUnixNano(), p.getTimeUnixNano());
+            out.count[i] = p.getCount();
+            out.sum[i] = p.hasSum() ? p.getSum() : null;
+          }
         }
         break;
-      }
       case SUMMARY:
-        for (SummaryDataPoint p : metric.getSummary().getDataPointsList()) {
-          Map<String, String> attrs = attributes(p.getAttributesList());
-          out.add(RowFactory.create(resource, name, unit, "summary", null, null, attrs, key(attrs),
-              p.getStartTimeUnixNano(), p.getTimeUnixNano(), null, p.getCount(), p.getSum(), null, null));
+        if (metric.getSummary().getDataPointsCount() > 0) {
+          out.metrics.add(RowFactory.create(name, unit, "summary", null, null));
+          for (SummaryDataPoint p : metric.getSummary().getDataPointsList()) {
+            int i = out.add(attributes(p.getAttributesList()), p.getStartTimeUnixNano(), p.getTimeUnixNano());
+            out.count[i] = p.getCount();
+            out.sum[i] = p.getSum();
+          }
         }
         break;
       default: // no data: nothing to emit
@@ -133,12 +202,9 @@ public final class OtlpPoints implements UDF1<byte[], List<Row>> {
     }
   }
 
-  private static Row number(Map<String, String> resource, String name, String unit, String type,
-      String temporality, Boolean monotonic, NumberDataPoint p) {
-    Map<String, String> attrs = attributes(p.getAttributesList());
-    double v = p.getValueCase() == NumberDataPoint.ValueCase.AS_DOUBLE ? p.getAsDouble() : (double) p.getAsInt();
-    return RowFactory.create(resource, name, unit, type, temporality, monotonic, attrs, key(attrs),
-        p.getStartTimeUnixNano(), p.getTimeUnixNano(), v, null, null, null, null);
+  private static void number(Columns out, NumberDataPoint p) {
+    int i = out.add(attributes(p.getAttributesList()), p.getStartTimeUnixNano(), p.getTimeUnixNano());
+    out.value[i] = p.getValueCase() == NumberDataPoint.ValueCase.AS_DOUBLE ? p.getAsDouble() : (double) p.getAsInt();
   }
 
   /** Attributes as strings; a key seen twice keeps its first position and its last value (a Python dict). */

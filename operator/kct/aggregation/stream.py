@@ -1,0 +1,173 @@
+"""Event-time windows over micro-batches: which windows a micro-batch finalizes, and the state between them.
+
+The streaming job does not use Spark's stateful aggregation (it would need the whole per-series history of
+a window in its state store, or every point copied into later windows). Each micro-batch instead runs the
+batch transforms over the points of the windows it finalizes, and carries a small state to the next:
+
+    pending   the points of windows not final yet (the newest `watermarkSeconds` + one window)
+    last      each cumulative series' newest point among the finalized windows (LAST_POINT_COLUMNS), so the
+              next window's delta is taken against it: exact across windows, micro-batches and restarts
+    max_time  the newest point time seen (event time); windows ending `watermarkSeconds` before it are final
+    final_before  windows starting before it were finalized; a point for one of them is late and dropped
+
+`advance` is pure Spark (DataFrames in, DataFrames out); `StateStore` keeps one state per micro-batch id on
+the checkpoint's file system, written before Spark commits the batch and read back by the next one. A
+micro-batch replayed after a crash reads the state of the batch before it and gives the same result, so
+the state is idempotent by batch id; each output is marked written per batch id, so a replay does not
+append it twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kct.aggregation.transforms import aggregate_client_metrics, last_points
+
+__all__ = ["Advance", "StateStore", "StreamState", "advance"]
+
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """What one micro-batch hands the next (see the module docstring). The empty state has no DataFrames."""
+
+    pending: DataFrame | None = None
+    last: DataFrame | None = None
+    max_time_ns: int | None = None
+    final_before_s: int | None = None
+
+
+@dataclass(frozen=True)
+class Advance:
+    """One micro-batch's result: the client_metrics rows of the windows it finalized (None: none), the
+    points that arrived too late (their window was final already), and the state for the next batch."""
+
+    finalized: DataFrame | None
+    late_points: int
+    state: StreamState
+
+
+def advance(state: StreamState, points: DataFrame, *, window_seconds: int, watermark_seconds: int,
+            lookback_windows: int) -> Advance:
+    """Add a micro-batch of points (decode.POINT_SCHEMA_DDL) to `state`; aggregate the windows now final.
+
+    A window [s, s + size) is final once the newest point time is at least `watermark_seconds` past its end.
+    `points` is read more than once: persist it.
+    """
+    size = int(window_seconds)
+    newest = points.agg(F.max("time_unix_nano")).first()
+    batch_max = None if newest is None else newest[0]
+    max_time = max((t for t in (state.max_time_ns, batch_max) if t is not None), default=None)
+    if max_time is None:
+        return Advance(None, 0, state)
+    final_before = (max_time // _NS - int(watermark_seconds)) // size * size
+    if state.final_before_s is not None:
+        final_before = max(final_before, state.final_before_s)
+    late = 0
+    on_time = points
+    if state.final_before_s is not None:
+        behind = F.col("time_unix_nano") < F.lit(state.final_before_s * _NS)
+        late = int(points.where(behind).count())
+        on_time = points.where(~behind)
+    everything = on_time if state.pending is None else state.pending.unionByName(on_time)
+    final = F.col("time_unix_nano") < F.lit(final_before * _NS)
+    final_points = everything.where(final)
+    finalized = None
+    if state.final_before_s is None or final_before > state.final_before_s:
+        finalized = aggregate_client_metrics(final_points, window_seconds=size, lookback_windows=lookback_windows,
+                                             previous=state.last)
+    # A series' last point older than this can never be the previous point of a window still to come.
+    horizon_ns = (final_before - int(lookback_windows) * size) * _NS
+    last = last_points(final_points, state.last).where(F.col("time_unix_nano") >= F.lit(horizon_ns))
+    next_state = StreamState(pending=everything.where(~final), last=last, max_time_ns=max_time,
+                             final_before_s=final_before)
+    return Advance(finalized, late, next_state)
+
+
+class StateStore:
+    """StreamState per micro-batch id under `root` (any Hadoop file system the checkpoint is on):
+    `<root>/<batch id>/{pending,last}` as Parquet plus `meta.json`, written under a temporary name and
+    renamed, so a state is there whole or not at all; `<root>/outputs/<batch id>/<output>` marks an output
+    (table, topic) a batch wrote. The two newest states are kept."""
+
+    KEEP = 2
+
+    def __init__(self, spark: Any, root: str) -> None:
+        self._spark = spark
+        self._root = root.rstrip("/")
+        jvm = spark.sparkContext._jvm
+        self._Path = jvm.org.apache.hadoop.fs.Path
+        self._fs = self._Path(self._root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def _batches(self) -> list[int]:
+        root = self._Path(self._root)
+        if not self._fs.exists(root):
+            return []
+        names = [status.getPath().getName() for status in self._fs.listStatus(root)]
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def load(self, batch_id: int) -> StreamState:
+        """The state the newest micro-batch before `batch_id` left (empty when there is none)."""
+        earlier = [b for b in self._batches() if b < batch_id]
+        if not earlier:
+            return StreamState()
+        base = f"{self._root}/{earlier[-1]}"
+        stream = self._fs.open(self._Path(f"{base}/meta.json"))
+        try:
+            meta = json.loads(bytes(stream.readAllBytes()).decode())
+        finally:
+            stream.close()
+        read = self._spark.read.parquet
+        return StreamState(
+            pending=read(f"{base}/pending") if meta["pending"] else None,
+            last=read(f"{base}/last") if meta["last"] else None,
+            max_time_ns=meta["maxTimeNs"], final_before_s=meta["finalBeforeS"],
+        )
+
+    def save(self, batch_id: int, state: StreamState) -> None:
+        """Write `state` as batch `batch_id`'s (replacing one left by an earlier attempt); drop old states."""
+        final = self._Path(f"{self._root}/{batch_id}")
+        staging = f"{self._root}/_staging-{batch_id}"
+        self._fs.delete(self._Path(staging), True)
+        meta = {"maxTimeNs": state.max_time_ns, "finalBeforeS": state.final_before_s,
+                "pending": state.pending is not None, "last": state.last is not None}
+        if state.pending is not None:
+            state.pending.write.mode("overwrite").parquet(f"{staging}/pending")
+        if state.last is not None:
+            state.last.write.mode("overwrite").parquet(f"{staging}/last")
+        out = self._fs.create(self._Path(f"{staging}/meta.json"), True)
+        try:
+            out.write(json.dumps(meta).encode())
+        finally:
+            out.close()
+        self._fs.delete(final, True)
+        if not self._fs.rename(self._Path(staging), final):
+            raise OSError(f"could not rename {staging} to {final}")
+        for old in self._batches()[: -self.KEEP]:
+            self._fs.delete(self._Path(f"{self._root}/{old}"), True)
+
+    def _marker(self, batch_id: int, output: str) -> Any:
+        return self._Path(f"{self._root}/outputs/{batch_id}/{output}")
+
+    def written(self, batch_id: int, output: str) -> bool:
+        """Whether micro-batch `batch_id` already wrote `output` (a table, or the Kafka topic)."""
+        return bool(self._fs.exists(self._marker(batch_id, output)))
+
+    def mark_written(self, batch_id: int, output: str) -> None:
+        self._fs.create(self._marker(batch_id, output), True).close()
+
+    def forget_outputs_before(self, batch_id: int) -> None:
+        """Drop the marks of batches before `batch_id` (only the newest batch is ever replayed)."""
+        folder = self._Path(f"{self._root}/outputs")
+        if not self._fs.exists(folder):
+            return
+        for status in self._fs.listStatus(folder):
+            name = status.getPath().getName()
+            if name.isdigit() and int(name) < batch_id:
+                self._fs.delete(status.getPath(), True)
