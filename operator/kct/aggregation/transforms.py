@@ -111,7 +111,7 @@ def _with_quantiles(df: DataFrame, counts: str = "bucket_counts", bounds: str = 
         df = df.withColumn("_q_i", F.expr(f"array_position(transform(_q_cum, x -> x >= {target}), true) - 1"))
         lower = f"IF(_q_i = 0, LEAST(0D, get({bounds}, 0)), get({bounds}, _q_i - 1))"
         upper = f"IF(_q_i >= size({bounds}), get({bounds}, size({bounds}) - 1), get({bounds}, _q_i))"
-        below = f"IF(_q_i = 0, 0L, get(_q_cum, _q_i - 1))"
+        below = "IF(_q_i = 0, 0L, get(_q_cum, _q_i - 1))"
         df = df.withColumn("_q_lo", F.expr(lower)).withColumn("_q_hi", F.expr(upper)).withColumn(
             name, F.expr(f"IF(_q_cum IS NULL, CAST(NULL AS DOUBLE), _q_lo + (_q_hi - _q_lo) * "
                          f"(({target} - {below}) / get({counts}, _q_i)))"))
