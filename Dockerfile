@@ -8,8 +8,9 @@
 #                                                    (also in the runtime image at /opt/kct/share/)
 #
 # Bases are pinned by exact tag. Pin digests too when you publish (`FROM image:tag@sha256:...`).
-# Without Docker, `make images` builds the default target from this file with buildah, on local Debian
-# bookworm bases passed as PYTHON_IMAGE and MAVEN_IMAGE (dev/images/); the tests run that image.
+# Without Docker, `make images` builds the `runtime` and `spark` targets from this file with buildah, on
+# local Debian bookworm bases passed as PYTHON_IMAGE, MAVEN_IMAGE and SPARK_IMAGE (dev/images/); the tests
+# and the local node run those images.
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 # The build stage compiles the receiver's C extension: the same Python with a C compiler and its headers.
@@ -18,6 +19,9 @@ ARG MAVEN_IMAGE=maven:3.9.11-eclipse-temurin-17
 # The Spark release of the job image: the official image and the connector jars (dev/spark-deps/pom.xml)
 # both follow it. Keep it the release the aggregation job is tested with (pyspark in pyproject.toml).
 ARG SPARK_VERSION=4.2.0
+# The official Spark image of that release: its entrypoint is what the spark-operator runs as driver and
+# executors. (A JDK + Spark base of the same release with the same layout can stand in: /opt/spark, user 185.)
+ARG SPARK_IMAGE=apache/spark:4.2.0-scala2.13-java21-python3-ubuntu
 
 # ---------------------------------------------------------------------------------------- broker plugin
 FROM ${MAVEN_IMAGE} AS plugin-build
@@ -38,18 +42,35 @@ COPY dev/spark-deps/ ./
 RUN mvn -B -q dependency:copy-dependencies -Dspark.version=${SPARK_VERSION} -DoutputDirectory=/jars
 
 # ------------------------------------------------------------------------ the Spark aggregation job
-# The official image's entrypoint is what the spark-operator runs as driver and executors. Its Python
-# (Ubuntu's python3) is older than the kct package's floor, so the job gets the package's sources and the
-# few libraries it imports on PYTHONPATH instead of a pip install of the whole project.
-FROM apache/spark:${SPARK_VERSION}-scala2.13-java21-python3-ubuntu AS spark
+FROM ${SPARK_IMAGE} AS spark-base
+
+# The JVM OTLP decoder (spark/otlp-decoder), compiled against the Spark image's own jars.
+FROM ${MAVEN_IMAGE} AS otlp-decoder
+ARG SPARK_VERSION
+WORKDIR /src
+COPY spark/otlp-decoder/ ./
+COPY --from=spark-base /opt/spark/jars/spark-sql-api_2.13-${SPARK_VERSION}.jar /opt/spark/jars/scala-library-*.jar /spark-jars/
+SHELL ["/bin/bash", "-eo", "pipefail", "-c"]
+RUN --mount=type=cache,target=/root/.m2 \
+    scala="$(find /spark-jars -name 'scala-library-*.jar' -printf '%f' | sed 's/^scala-library-//; s/[.]jar$//')" \
+    && mvn -B -q package -Dspark.version=${SPARK_VERSION} -Dscala.library.version="$scala" \
+        -Dspark.jars.dir=/spark-jars -Dkct.build.dir=/build \
+    && cp /build/kct-otlp-decoder.jar /kct-otlp-decoder.jar
+
+# Its Python may be older than the kct package's floor (the official image's is Ubuntu's), so the job gets
+# the package's sources and the few libraries it imports on PYTHONPATH instead of a pip install of the
+# whole project. The Kafka connector and the decoder go into Spark's own jars (the driver's and executors'
+# classpath), so the job needs no spark.jars.
+FROM spark-base AS spark
 USER 0:0
 COPY --from=spark-jars /jars/ /opt/spark/jars/
+COPY --from=otlp-decoder /kct-otlp-decoder.jar /opt/spark/jars/
 COPY operator/kct/ /opt/kct/python/kct/
-COPY spark/ /opt/kct/spark/
+COPY spark/aggregation_job.py /opt/kct/spark/
 # Version ranges as in pyproject.toml; the job needs only these of the package's dependencies.
 RUN python3 -m pip install --no-cache-dir --target /opt/kct/python "pydantic>=2.9,<3" "protobuf>=5" "opentelemetry-proto>=1.45" \
         "pyarrow>=15" "pandas>=2.2,<3" "pyyaml>=6" "confluent-kafka>=2.16,<3"
-ENV PYTHONPATH=/opt/kct/python
+ENV PYTHONPATH=/opt/kct/python KCT_OTLP_DECODER_JAR=/opt/spark/jars/kct-otlp-decoder.jar
 USER 185:185
 
 # ------------------------------------------------------------------ operator and receiver (default)

@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv spark-jars lint plugin-test images stack-install pytest test unit stack-up stack-down stack-status node-up node-down node-status demo bench manifests tools clean
+.PHONY: help venv spark-jars spark-operator lint plugin-test images stack-install pytest test unit stack-up stack-down stack-status node-up node-down node-status demo bench manifests tools clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,10 @@ venv: $(INSTALLED)  ## create or update .venv
 
 spark-jars: venv  ## Spark's Kafka source and the OTLP decoder jar for the pinned pyspark (Maven; ~/.cache/kct)
 	$(VPY) dev/spark-deps/install.py
+
+spark-operator:  ## the Kubeflow spark-operator for the node: controller binary (go build of its module), chart, image (~/.cache/kct)
+	$(PYTHON) dev/stack/spark_operator.py chart
+	$(PYTHON) dev/images/spark_operator_image.py build
 
 lint: venv  ## ruff (with the complexity check C901), import-linter's layer contracts, mypy --strict, hadolint
 	$(VENV)/bin/ruff check operator tests bench dev
@@ -51,10 +55,10 @@ stack-install:  ## download and build what the local stack runs (kube-apiserver,
 
 # The image tests read the archive `make images` writes, the e2e tests the stack's binaries and the Spark
 # jars: building them (downloads, a cold Go build of the API server) happens here, never inside a test's timeout.
-pytest: venv images spark-jars stack-install  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
+pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-unit: venv images spark-jars  ## only the tests that need no server
+unit: venv images spark-jars spark-operator  ## only the tests that need no server
 	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
 
 test: lint plugin-test pytest  ## everything CI runs: lint, JUnit, pytest (the README's test command)

@@ -62,13 +62,18 @@ class Buildah:
         return proc.returncode == 0
 
     def commit_rootfs(self, rootfs_tar: Path, reference: str, *, env: Sequence[tuple[str, str]],
-                      cmd: Sequence[str], workdir: str, log: Path) -> None:
+                      cmd: Sequence[str], workdir: str, log: Path, entrypoint: Sequence[str] = (),
+                      user: str = "") -> None:
         """An image of one layer, `rootfs_tar`, with the given config."""
         container = self.run("from", "--pull=never", "scratch").strip()
         try:
             self.run("add", container, str(rootfs_tar), "/", log=log)
             config = [arg for name, value in env for arg in ("--env", f"{name}={value}")]
             config += ["--cmd", json.dumps(list(cmd)), "--workingdir", workdir]
+            if entrypoint:
+                config += ["--entrypoint", json.dumps(list(entrypoint))]
+            if user:
+                config += ["--user", user]
             self.run("config", *config, container)
             self.run("commit", "--quiet", container, reference, log=log)
         finally:

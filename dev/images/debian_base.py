@@ -36,6 +36,8 @@ __all__ = [
     "MAVEN_BASE",
     "PYTHON_BASE",
     "PYTHON_BUILD_BASE",
+    "SPARK_BASE",
+    "SPARK_VERSION",
     "BaseBuild",
     "BaseSpec",
     "BootstrapError",
@@ -74,10 +76,13 @@ class BaseSpec:
     env: tuple[tuple[str, str], ...] = ()
     cmd: tuple[str, ...] = ()
     workdir: str = "/"
+    entrypoint: tuple[str, ...] = ()
+    user: str = ""
     # False for bases that only build (their stages are not shipped): they trust the host's extra CAs.
     ships: bool = True
-    # Extra mmdebstrap --customize-hook commands (run with the root filesystem as $1), for what is not a
-    # Debian package; every file they read must be listed in `inputs` so the key covers it.
+    # Extra mmdebstrap --customize-hook commands (run on the host with the root filesystem as $1), for what
+    # is not a Debian package. The files they read are listed in `inputs` (the key covers their content) and
+    # found under "$KCT_BASE_INPUTS/<file name>", so no host path enters the key.
     customize: tuple[str, ...] = ()
     inputs: tuple[Path, ...] = ()
     suite: str = "bookworm"
@@ -101,6 +106,9 @@ class BaseSpec:
             "customize": list(self.customize),
             "inputs": {str(p.name): _sha256(p) for p in self.inputs},
             "extra_cas": {} if self.ships else {p.name: _sha256(p) for p in host_extra_cas()},
+            # Only when set, so the keys of the bases without them stay what they were.
+            **({"entrypoint": list(self.entrypoint)} if self.entrypoint else {}),
+            **({"user": self.user} if self.user else {}),
         }
 
     def key(self) -> str:
@@ -142,7 +150,47 @@ MAVEN_BASE = BaseSpec(
     ships=False,
 )
 
-BASES: Mapping[str, BaseSpec] = {spec.name: spec for spec in (PYTHON_BASE, PYTHON_BUILD_BASE, MAVEN_BASE)}
+# The Spark release of the job image; the pyspark pin in pyproject.toml and the Dockerfile's SPARK_VERSION
+# name the same one (tests/unit/packaging/test_dockerfile.py).
+SPARK_VERSION = "4.2.0"
+_PY4J_VERSION = "0.10.9.9"   # what pyspark SPARK_VERSION requires
+_SITE = "/usr/local/lib/python3.11/dist-packages"   # Debian python3's place for locally installed packages
+_JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"
+
+SPARK_BASE = BaseSpec(
+    name="spark",
+    stands_for=f"apache/spark:{SPARK_VERSION}-scala2.13-java21-python3-ubuntu (SPARK_IMAGE)",
+    # Spark 4 runs on Java 17 or 21 (bookworm has 17); python3 (3.11) is the kct package's floor, pip is what
+    # the Dockerfile's spark stage installs the job's libraries with; procps for Spark's scripts.
+    packages=("openjdk-17-jre-headless", "python3", "python3-pip", "procps", "ca-certificates", "netbase",
+              "tzdata"),
+    env=(("PATH", f"{_PATH}:/opt/spark/bin"), ("LANG", "C.UTF-8"), ("JAVA_HOME", _JAVA_HOME),
+         ("SPARK_HOME", "/opt/spark")),
+    workdir="/opt/spark/work-dir",
+    entrypoint=("/opt/entrypoint.sh",),
+    user="185",
+    # Spark's distribution is the pyspark package from PyPI (its jars are the release's jars, Kubernetes
+    # support included), installed by the host's pip (pure Python and jars; the bootstrap has no network of
+    # its own). The official image's layout: SPARK_HOME=/opt/spark with bin/ and jars/ (the Dockerfile copies
+    # the Kafka connector there), user spark (185), the work dir writable by it, our own entrypoint for the
+    # driver and executor commands Spark on Kubernetes runs.
+    customize=(
+        f'python3 -m pip install --quiet --no-compile --no-deps --disable-pip-version-check '
+        f'--target "$1{_SITE}" pyspark=={SPARK_VERSION} py4j=={_PY4J_VERSION}',
+        f'mkdir -p "$1/opt/spark/work-dir" && for d in bin sbin jars; do '
+        f'mv "$1{_SITE}/pyspark/$d" "$1/opt/spark/$d" && ln -s "/opt/spark/$d" "$1{_SITE}/pyspark/$d"; done',
+        'install -m 0755 "$KCT_BASE_INPUTS/spark-entrypoint.sh" "$1/opt/entrypoint.sh"',
+        'chroot "$1" groupadd --system --gid 185 spark',
+        'chroot "$1" useradd --system --uid 185 --gid spark --home-dir /opt/spark --no-create-home '
+        '--shell /usr/sbin/nologin spark',
+        'chroot "$1" chown spark:spark /opt/spark/work-dir',
+    ),
+    inputs=(Path(__file__).resolve().parent / "spark-entrypoint.sh",),
+)
+
+BASES: Mapping[str, BaseSpec] = {
+    spec.name: spec for spec in (PYTHON_BASE, PYTHON_BUILD_BASE, MAVEN_BASE, SPARK_BASE)
+}
 
 
 @dataclass(frozen=True)
@@ -199,6 +247,10 @@ def bootstrap_rootfs(spec: BaseSpec, tarball: Path, *, log: Path) -> BaseBuild:
     started, cpu = time.monotonic(), _children_cpu()
     with tempfile.TemporaryDirectory(prefix=f"kct-base-{spec.name}-") as tmp:
         manifest, downloads = Path(tmp, "packages.tsv"), Path(tmp, "downloads")
+        inputs = Path(tmp, "inputs")
+        inputs.mkdir()
+        for source in spec.inputs:
+            (inputs / source.name).write_bytes(source.read_bytes())
         argv: list[str] = [
             "mmdebstrap", f"--variant={spec.variant}", "--mode=root", "--format=tar",
             f"--include={','.join(spec.packages)}",
@@ -221,7 +273,7 @@ def bootstrap_rootfs(spec: BaseSpec, tarball: Path, *, log: Path) -> BaseBuild:
             f"-f '${{Package}}\\t${{Version}}\\t${{Installed-Size}}\\n' > {manifest}",
             spec.suite, str(tarball), *(str(p) for p in debian_sources(spec.suite)),
         ]
-        _run(argv, log=log, what=f"base {spec.name}: mmdebstrap")
+        _run(argv, log=log, what=f"base {spec.name}: mmdebstrap", env={**os.environ, "KCT_BASE_INPUTS": str(inputs)})
         rows = [line.split("\t") for line in manifest.read_text().splitlines() if line]
         packages = [(row[0], row[1]) for row in rows]
         installed = sum(int(row[2] or 0) for row in rows)

@@ -43,7 +43,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from buildah import Buildah, BuildahError
 from container_run import RunError, run, unpack
-from debian_base import BASES, MAVEN_BASE, PYTHON_BASE, PYTHON_BUILD_BASE, BaseSpec, BootstrapError, bootstrap_rootfs
+from debian_base import (
+    BASES,
+    MAVEN_BASE,
+    PYTHON_BASE,
+    PYTHON_BUILD_BASE,
+    SPARK_BASE,
+    BaseSpec,
+    BootstrapError,
+    bootstrap_rootfs,
+)
 from dockerfile import DockerfileError, context_files, parse_dockerfile, stage_context
 
 __all__ = [
@@ -95,6 +104,10 @@ IMAGES: Mapping[str, ImageSpec] = {
                   bases={"PYTHON_IMAGE": PYTHON_BASE, "PYTHON_BUILD_IMAGE": PYTHON_BUILD_BASE,
                          "MAVEN_IMAGE": MAVEN_BASE},
                   description="kct operator / kct receiver, the broker plugin jar in /opt/kct/share/"),
+        ImageSpec(name="kct-spark", target="spark",
+                  bases={"SPARK_IMAGE": SPARK_BASE, "MAVEN_IMAGE": MAVEN_BASE},
+                  description="the aggregation job (SparkApplication image): Spark, the Kafka connector and "
+                              "the OTLP decoder in /opt/spark/jars, kct's job on PYTHONPATH"),
     )
 }
 
@@ -195,7 +208,8 @@ def ensure_base(spec: BaseSpec) -> str:
     with tempfile.TemporaryDirectory(dir=archive.parent, prefix=".bootstrap-") as tmp:
         rootfs = Path(tmp, "rootfs.tar")
         cost = bootstrap_rootfs(spec, rootfs, log=log)
-        buildah.commit_rootfs(rootfs, reference, env=spec.env, cmd=spec.cmd, workdir=spec.workdir, log=log)
+        buildah.commit_rootfs(rootfs, reference, env=spec.env, cmd=spec.cmd, workdir=spec.workdir, log=log,
+                              entrypoint=spec.entrypoint, user=spec.user)
         rootfs.unlink()
         partial = Path(tmp, archive.name)
         buildah.save(reference, partial, log=log)

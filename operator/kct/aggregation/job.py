@@ -42,6 +42,7 @@ __all__ = [
     "run_batch",
     "run_hourly",
     "run_stream",
+    "submitted_by_spark_submit",
 ]
 
 TABLES = ("client_metrics", "rollups", "terminations", "alerts", "client_metrics_hourly")
@@ -108,20 +109,30 @@ def decoder_jar(spark_version: str | None = None) -> Path | None:
     return built[-1] if built else None
 
 
+def submitted_by_spark_submit() -> bool:
+    """True in the Python process spark-submit starts (a SparkApplication's driver): its JVM is already up,
+    with the master spark-submit was given (`k8s://...`), which `spark.master` of the config must not
+    replace (it defaults to local[*], for `kct aggregate`). spark-submit hands that JVM over through these."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT") and os.environ.get("PYSPARK_GATEWAY_SECRET"))
+
+
 def build_session(cfg: AggregationConfig) -> Any:
-    """The SparkSession: reuse the active one (spark-submit, tests), else create one from `spark:`."""
+    """The SparkSession: reuse the active one (tests), else create one from `spark:` (under spark-submit,
+    on the master spark-submit was given)."""
     from pyspark.sql import SparkSession
 
     # Python workers must import `kct`: run them with this interpreter unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if cfg.spark.master.startswith("local"):
+    if cfg.spark.master.startswith("local") and not submitted_by_spark_submit():
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback in local runs
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    builder = SparkSession.builder
+    if not submitted_by_spark_submit():
+        builder = builder.master(cfg.spark.master)
     builder = (
-        SparkSession.builder.master(cfg.spark.master)
-        .appName(cfg.spark.app_name)
+        builder.appName(cfg.spark.app_name)
         .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")

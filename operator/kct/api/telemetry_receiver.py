@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_AGGREGATION_IMAGE",
     "DEFAULT_RECEIVER_IMAGE",
     "AggregationSpec",
+    "AggregationStatus",
     "AutoscalingSpec",
     "DriverSpec",
     "ExecutorSpec",
@@ -322,6 +323,20 @@ class TopicStatus(SpecModel):
     bootstrap_servers: str | None = None
 
 
+class AggregationStatus(SpecModel):
+    """The Spark application of `spec.aggregation`, as the spark-operator reports it."""
+
+    application: str
+    """`SparkApplication/<name>` or `ScheduledSparkApplication/<name>`."""
+    state: str | None = None
+    """The spark-operator's state: `applicationState.state` of a SparkApplication (SUBMITTED, RUNNING,
+    FAILED, ...), `scheduleState` of a ScheduledSparkApplication; absent until the spark-operator saw it."""
+    message: str | None = None
+    """The spark-operator's error message, when it gave one."""
+    last_run: str | None = None
+    """ScheduledSparkApplication: the SparkApplication of the last run."""
+
+
 class TelemetryReceiverStatus(SpecModel):
     """What the operator observed and did."""
 
@@ -342,6 +357,8 @@ class TelemetryReceiverStatus(SpecModel):
     token_secret: str | None = None
     """Secret (and key) holding the push token, as `name/key` (`kct.telemetry.token.file`)."""
     topic: TopicStatus | None = None
+    aggregation: AggregationStatus | None = None
+    """The aggregation's Spark application and its state (absent without `spec.aggregation`)."""
     config_hash: str | None = None
     """Hash of the rendered receiver config (the pods' `telemetry.kct.dev/config-hash` annotation)."""
     children: list[str] | None = None

@@ -213,9 +213,12 @@ class InMemoryChildren:
         if kind in self.refuse_kinds:
             raise ApplyRefused(f"{kind} {name}: {self.refuse_kinds[kind]}")
         stored = copy.deepcopy(dict(manifest))
+        key = (kind, str(manifest["metadata"].get("namespace", "")), name)
         if kind == "Deployment":
             stored["status"] = copy.deepcopy(self.deployment_status)
-        self.objects[(kind, str(manifest["metadata"].get("namespace", "")), name)] = stored
+        elif "status" in self.objects.get(key, {}):  # an apply leaves what another controller reported
+            stored["status"] = self.objects[key]["status"]
+        self.objects[key] = stored
         self.applied.append((kind, name))
         return copy.deepcopy(stored)
 

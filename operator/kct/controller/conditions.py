@@ -39,7 +39,7 @@ class ConditionType(StrEnum):
     PARTITIONS_SHRINK_REFUSED = "PartitionsShrinkRefused"
     """TelemetryReceiver: True when the spec asks for fewer partitions than the topic has (a warning)."""
     AGGREGATION_READY = "AggregationReady"
-    """TelemetryReceiver: the Spark application was accepted (or aggregation is off)."""
+    """TelemetryReceiver: the Spark application was accepted and has not failed (or aggregation is off)."""
 
 
 class Reason(StrEnum):
@@ -76,6 +76,8 @@ class Reason(StrEnum):
     PARTITIONS_MATCH = "PartitionsMatch"
     SPARK_OPERATOR_MISSING = "SparkOperatorMissing"
     """The sparkoperator.k8s.io CRDs are not installed; the aggregation is not deployed."""
+    SPARK_APPLICATION_FAILED = "SparkApplicationFailed"
+    """AggregationReady=False: the spark-operator reports the aggregation's application failed."""
 
 
 def now_rfc3339(now: dt.datetime | None = None) -> str:

@@ -334,11 +334,36 @@ def _status(fields: Mapping[str, Any]) -> dict[str, Any]:
     return TelemetryReceiverStatus.model_validate(dict(fields)).to_kube()
 
 
-def _aggregation_condition(plan: ReceiverPlan, spark_missing: bool, conditions: ConditionTracker) -> None:
+# The spark-operator's states of an application that failed (its restart policy may still retry it).
+SPARK_FAILED_STATES: Final = frozenset({"FAILED", "SUBMISSION_FAILED", "FAILING", "INVALIDATING"})
+
+
+def aggregation_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str, Any] | None:
+    """The aggregation's application and the state the spark-operator wrote into its status (the body the
+    apply returned carries it), or None without an applied application."""
+    aggregation = plan.spec.aggregation
+    if aggregation is None or not aggregation.enabled:
+        return None
+    kind = "SparkApplication" if aggregation.mode == "streaming" else "ScheduledSparkApplication"
+    body = applied.bodies.get(kind)
+    if body is None:
+        return None
+    observed = body.get("status") or {}
+    fields: dict[str, Any] = {"application": f"{kind}/{plan.names.aggregation}"}
+    if kind == "SparkApplication":
+        state = observed.get("applicationState") or {}
+        fields["state"], fields["message"] = state.get("state"), state.get("errorMessage")
+    else:
+        fields["state"], fields["message"] = observed.get("scheduleState"), observed.get("reason")
+        fields["lastRun"] = observed.get("lastRunName")
+    return {key: value for key, value in fields.items() if value}
+
+
+def _aggregation_condition(plan: ReceiverPlan, applied: AppliedChildren, conditions: ConditionTracker) -> None:
     aggregation = plan.spec.aggregation
     if aggregation is None or not aggregation.enabled:
         conditions.remove(ConditionType.AGGREGATION_READY)
-    elif spark_missing:
+    elif applied.spark_missing:
         conditions.set(
             ConditionType.AGGREGATION_READY,
             False,
@@ -347,9 +372,16 @@ def _aggregation_condition(plan: ReceiverPlan, spark_missing: bool, conditions: 
             "spark-operator and the aggregation is deployed on the next resync",
         )
     else:
-        kind = "SparkApplication" if aggregation.mode == "streaming" else "ScheduledSparkApplication"
-        message = f"{kind} {plan.names.aggregation} applied"
-        conditions.set(ConditionType.AGGREGATION_READY, True, Reason.RECONCILED, message)
+        status = aggregation_status(plan, applied) or {}
+        kind, _, name = str(status.get("application", "/")).partition("/")
+        state = status.get("state")
+        message = f"{kind} {name} applied" + (f", {state}" if state else ", not yet seen by the spark-operator")
+        if status.get("message"):
+            message += f": {status['message']}"
+        if state in SPARK_FAILED_STATES:
+            conditions.set(ConditionType.AGGREGATION_READY, False, Reason.SPARK_APPLICATION_FAILED, message)
+        else:
+            conditions.set(ConditionType.AGGREGATION_READY, True, Reason.RECONCILED, message)
 
 
 def _children_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str, Any]:
@@ -434,8 +466,11 @@ def reconcile_receiver(
         plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token))
         applied = apply_children(plan, children)
         events += prune_children(resource, plan, children)
-        _aggregation_condition(plan, applied.spark_missing, conditions)
+        _aggregation_condition(plan, applied, conditions)
         status.update(_children_status(plan, applied))
+        aggregation = aggregation_status(plan, applied)
+        if aggregation is not None:
+            status["aggregation"] = aggregation
         # The topic after the children: a Kafka outage must not keep the Deployment from being fixed.
         topic = sync_topic(plan, topic_admin_for, resource.namespace)
     except StopReconcile as stop:

@@ -25,3 +25,18 @@ def test_the_removed_python_connector_switch_is_rejected_by_name() -> None:
     Then the error names the key rather than silently reading some other way."""
     with pytest.raises(ConfigError, match=r"source\.connector"):
         parse_job_config({"source": {"bootstrapServers": "b", "connector": "python"}, "parquet": {"path": "/x"}})
+
+
+def test_under_spark_submit_the_config_does_not_replace_the_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the Python process of a SparkApplication's driver (spark-submit hands its JVM over through
+    PYSPARK_GATEWAY_PORT and _SECRET), Then the job counts as submitted, and `spark.master` of its config
+    (local[*] by default) is not applied; a plain `kct aggregate` is not."""
+    from kct.aggregation.job import submitted_by_spark_submit
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.delenv("PYSPARK_GATEWAY_SECRET", raising=False)
+    assert not submitted_by_spark_submit()
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40123")
+    assert not submitted_by_spark_submit()
+    monkeypatch.setenv("PYSPARK_GATEWAY_SECRET", "s3cret")
+    assert submitted_by_spark_submit()

@@ -213,6 +213,46 @@ def test_missing_spark_operator_is_reported_without_blocking_ready() -> None:
     assert world.condition()["status"] == "True"
 
 
+def test_the_spark_applications_state_is_reported_and_a_failure_clears_aggregation_ready() -> None:
+    """Given a receiver with aggregation, When the spark-operator reports its SparkApplication RUNNING, Then
+    the next reconcile shows that state in status.aggregation and AggregationReady=True; When it reports
+    FAILED with a message, Then AggregationReady=False/SparkApplicationFailed with that message, while Ready
+    still follows the Deployment and topic."""
+    world = World()
+    outcome = world.reconcile({"aggregation": {}})
+    ((_, namespace, name),) = [key for key in world.kube.objects if key[0] == "SparkApplication"]
+    assert outcome.status["aggregation"] == {"application": f"SparkApplication/{name}"}
+    assert "not yet seen by the spark-operator" in world.condition("AggregationReady")["message"]
+    api = "sparkoperator.k8s.io/v1beta2"
+    world.kube.patch_status(api, "SparkApplication", namespace, name, {"applicationState": {"state": "RUNNING"}})
+    outcome = world.reconcile({"aggregation": {}})
+    assert outcome.status["aggregation"] == {"application": f"SparkApplication/{name}", "state": "RUNNING"}
+    assert world.condition("AggregationReady")["status"] == "True"
+    assert world.condition("AggregationReady")["message"].endswith("RUNNING")
+    failed = {"applicationState": {"state": "FAILED", "errorMessage": "driver container failed with ExitCode: 1"}}
+    world.kube.patch_status(api, "SparkApplication", namespace, name, failed)
+    outcome = world.reconcile({"aggregation": {}})
+    assert outcome.status["aggregation"]["state"] == "FAILED"
+    condition = world.condition("AggregationReady")
+    assert (condition["status"], condition["reason"]) == ("False", "SparkApplicationFailed")
+    assert "ExitCode: 1" in condition["message"]
+    assert world.condition()["status"] == "True"
+
+
+def test_a_scheduled_applications_schedule_state_and_last_run_are_reported() -> None:
+    """Given scheduled aggregation, When the spark-operator reports the schedule and its last run, Then
+    status.aggregation carries both."""
+    world = World()
+    spec = {"aggregation": {"mode": "scheduled", "schedule": "0 * * * *"}}
+    world.reconcile(spec)
+    ((_, namespace, name),) = [key for key in world.kube.objects if key[0] == "ScheduledSparkApplication"]
+    world.kube.patch_status("sparkoperator.k8s.io/v1beta2", "ScheduledSparkApplication", namespace, name,
+                            {"scheduleState": "Scheduled", "lastRunName": f"{name}-1764158400"})
+    outcome = world.reconcile(spec)
+    assert outcome.status["aggregation"] == {"application": f"ScheduledSparkApplication/{name}",
+                                             "state": "Scheduled", "lastRun": f"{name}-1764158400"}
+
+
 def test_refused_child_is_retried_with_the_servers_message() -> None:
     """Given the API server refusing the PodDisruptionBudget, Then Ready=False/ApplyFailed with its message
     and a retry."""

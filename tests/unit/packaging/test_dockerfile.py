@@ -1,16 +1,17 @@
 """The Dockerfile: linted, pinned, non-root, and every stage that runs commands built or replayed here.
 
-`make images` builds the stages of the images listed in dev/images/images.py (today the runtime image:
-`plugin-build`, `build`, `runtime`) from this Dockerfile with buildah, on local Debian bases passed as
-PYTHON_IMAGE and MAVEN_IMAGE; test_runtime_image.py runs the result.
+`make images` builds the stages of the images listed in dev/images/images.py (the runtime image: `plugin-build`,
+`build`, `runtime`; the Spark job image: `spark-jars`, `otlp-decoder`, `spark`) from this Dockerfile with
+buildah, on local Debian bases passed as PYTHON_IMAGE, MAVEN_IMAGE and SPARK_IMAGE; test_runtime_image.py
+and test_spark_image.py run the results.
 
-The Spark stages are not built here: `spark` starts FROM the official apache/spark image, which no
-registry reachable from this machine serves (a local JDK + Spark base for it is issue 14's). Their RUN
-commands are replayed instead, outside any image: the build context is copied as the stage's COPY lines
-say into a scratch folder that stands for the image's filesystem, and the absolute paths a command writes
-(/opt/kct, /jars, ...) are moved under it. Those replays reach Maven Central and PyPI. A replay that fails
-fails its test, whatever the reason (an artifact the registry does not serve included); a tool it needs
-that is missing fails it in CI and skips it elsewhere.
+Two RUN commands are also replayed outside any image, for what the local build cannot show: `spark-jars`
+at the Dockerfile's SPARK_VERSION, and the `spark` stage's pip install with Python 3.10, the Python of the
+official Spark image users build on (the local base has Debian's 3.11). The build context is copied as the
+stage's COPY lines say into a scratch folder that stands for the image's filesystem, and the absolute paths a
+command writes (/opt/kct, /jars, ...) are moved under it. Those replays reach Maven Central and PyPI. A
+replay that fails fails its test, whatever the reason; a tool it needs that is missing fails it in CI and
+skips it elsewhere.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 from chart_support import REPO
 from image_support import dev_images, images_module, missing_precondition
 
@@ -36,8 +38,8 @@ DOCKERFILE = dockerfile.parse_dockerfile(DOCKERFILE_PATH.read_text())
 ARGS: dict[str, str] = dict(DOCKERFILE.global_args)
 BY_NAME: dict[str, Any] = {stage.name: stage for stage in DOCKERFILE.stages}
 
-# Stages this file replays because they cannot be built here (see the module docstring).
-REPLAYED = {"spark-jars", "spark"}
+# Stages only replayed, never built (see the module docstring): none since the Spark stages are built.
+REPLAYED: set[str] = set()
 
 
 def replay(stage: Any, root: Path, command: str, *,
@@ -73,18 +75,19 @@ def test_every_stage_that_runs_commands_is_built_or_replayed() -> None:
     with_runs = {stage.name for stage in DOCKERFILE.stages if stage.runs}
     assert with_runs <= built | REPLAYED, sorted(with_runs - built - REPLAYED)
     assert not built & REPLAYED
-    assert {"plugin-build", "build", "runtime"} <= built
+    assert {"plugin-build", "build", "runtime", "spark-jars", "otlp-decoder", "spark"} <= built
 
 
-def test_local_bases_replace_every_base_the_runtime_target_starts_from() -> None:
-    """Given the runtime image's build args, then every external base of its stages is a local base (so
-    buildah needs no registry), while the defaults stay the official images users build on."""
-    spec = images.IMAGES["kct"]
+@pytest.mark.parametrize("name", sorted(images.IMAGES))
+def test_local_bases_replace_every_base_the_target_starts_from(name: str) -> None:
+    """Given an image's build args, then every external base of its stages is a local base (so buildah needs
+    no registry), while the defaults stay the official images users build on."""
+    spec = images.IMAGES[name]
     local = {arg: base.reference() for arg, base in spec.bases.items()}
     assert set(DOCKERFILE.external_bases(spec.target, local)) == set(local.values())
     official = DOCKERFILE.external_bases(spec.target)
     assert set(official) == {ARGS[arg] for arg in spec.bases}
-    assert all(base.split("/")[0].split(":")[0] in {"python", "maven"} for base in official), official
+    assert all(base.split("/")[0].split(":")[0] in {"python", "maven", "apache"} for base in official), official
 
 
 def test_hadolint_passes(tools: ModuleType) -> None:
@@ -197,6 +200,8 @@ def test_one_spark_release_everywhere() -> None:
     assert pinned is not None, "pyproject.toml must pin pyspark to one release (==X.Y.Z)"
     release = pinned[1]
     assert ARGS["SPARK_VERSION"] == release
+    assert f":{release}-" in ARGS["SPARK_IMAGE"]
+    assert release == dev_images("debian_base").SPARK_VERSION   # the local base standing in for SPARK_IMAGE
     assert AggregationSpec.model_fields["spark_version"].default == release
     for manifest in sorted((REPO / "spark").glob("*.yaml")):
         for found in re.findall(r"sparkVersion:\s*\"?([\w.]+)", manifest.read_text()):
