@@ -415,8 +415,11 @@ def test_leader_killed_right_after_a_spec_edit_converges(
     hash, Ready=True, and the receiver's Deployment rolls to pods carrying that hash. (The killed pod's
     process may still finish the reconcile it started: a forced delete removes the Pod object at once, the
     kubelet stops the container afterwards; either way nothing may be left half done.)"""
-    leader = _lease_holder(node_stack, operator_release)
-    assert leader in {p["metadata"]["name"] for p in _operator_pods(node_stack, operator_release)}
+    # A pod replaced just before (the upgrade test) may still name the Lease until it expires: wait for one of
+    # the release's running pods to hold it, so the pod killed below is the leader.
+    leader = eventually(lambda: (h := _lease_holder(node_stack, operator_release)) in {
+        p["metadata"]["name"] for p in _operator_pods(node_stack, operator_release)} and h, timeout=120,
+        what="one of the release's operator pods to hold the Lease", interval=1)
     old_hash = receiver.resource(node_stack)["status"]["configHash"]
     old_pods = {p["metadata"]["name"] for p in receiver.pods(node_stack)}
 
