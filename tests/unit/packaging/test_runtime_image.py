@@ -9,9 +9,7 @@ read-only root filesystem, a writable /tmp (the chart's emptyDir), no capabiliti
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import tomllib
 import zipfile
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 
 import pytest
 from chart_support import REPO, Render
-from image_support import dev_images, images_module, missing_precondition
+from image_support import built_image, dev_images, images_module, unpack_archive
 
 images = images_module()
 container_run = dev_images("container_run")
@@ -37,23 +35,13 @@ def _last(keyword: str) -> str:
 
 @pytest.fixture(scope="module")
 def built() -> Any:
-    image = images.plan("kct")
-    if not image.exists():
-        pytest.fail(f"no image archive for the current sources ({image.archive}): run `make images` "
-                    "(`make unit`, `make pytest` and `make test` run it first)")
-    return image
+    return built_image("kct")
 
 
 @pytest.fixture(scope="module")
 def unpacked(built: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     """(root filesystem, image config) of the archive, unpacked once for the module."""
-    if os.geteuid() != 0:
-        missing_precondition("unpacking an image keeps its file owners and runc needs root; run as root")
-    if shutil.which("runc") is None:
-        missing_precondition("runc is not installed (`make images` installs it from Debian)")
-    rootfs = tmp_path_factory.mktemp("kct-image") / "rootfs"
-    config = container_run.unpack(built.archive, rootfs)
-    return rootfs, config
+    return unpack_archive(built.archive, tmp_path_factory.mktemp("kct-image"))
 
 
 def run(unpacked: tuple[Path, Any], *argv: str) -> Any:

@@ -4,16 +4,14 @@ the released module's binary on the local Spark base, run with runc as its chart
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from chart_support import REPO, load_script
-from image_support import dev_images, missing_precondition
+from image_support import dev_images, unpack_archive
 
 container_run = dev_images("container_run")
 operator_image = load_script(REPO / "dev" / "images" / "spark_operator_image.py")
@@ -28,12 +26,8 @@ def unpacked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
     image = operator_image.plan(binary)
     if not image.exists():
         pytest.fail(f"no image archive {image.archive}: run `make spark-operator` (`make pytest` runs it)")
-    if os.geteuid() != 0:
-        missing_precondition("unpacking an image keeps its file owners and runc needs root; run as root")
-    if shutil.which("runc") is None:
-        missing_precondition("runc is not installed (`make images` installs it from Debian)")
-    rootfs = tmp_path_factory.mktemp("spark-operator-image") / "rootfs"
-    return rootfs, container_run.unpack(image.archive, rootfs), image
+    rootfs, config = unpack_archive(image.archive, tmp_path_factory.mktemp("spark-operator-image"))
+    return rootfs, config, image
 
 
 def test_the_image_runs_the_released_operator_as_the_spark_user(unpacked: tuple[Path, Any, Any]) -> None:
