@@ -6,32 +6,25 @@
             └─ alerts ───────────────▶ alerts           threshold rules over consecutive windows
     points ─ terminations ──────────▶ terminations     one row per terminating push
 
-`aggregate_client_metrics` is a single streaming aggregation (watermark + tumbling window), so the same
-function runs in Structured Streaming (append mode) and in batch (tests, backfills). `rollups`,
-`terminations` and `alerts` are batch transforms: the streaming job applies them in `foreachBatch` to each
-micro-batch of finalized windows (in append mode every row of a window leaves the aggregation in the same
-micro-batch, so per-batch roll-ups are complete).
+`aggregate_client_metrics` aggregates every window its points touch; it is a batch transform, and so are
+`rollups`, `terminations` and `alerts`. The streaming job (kct.aggregation.stream) passes it only the points
+of the windows a micro-batch finalizes, plus each series' last point from earlier micro-batches.
 
 Counter deltas need the previous point of a series, which may sit in an earlier window (or an earlier
-micro-batch). Instead of a per-series state store in Python, every point of a cumulative series is also
-sent, as a "carry" row, to the next `lookback` windows. A window then sees its own points plus the latest
-earlier point of the series (the carry with the highest time), and the delta is computed in Spark SQL over
-the consecutive pairs (carry, p1, p2, ...):
+micro-batch). Two levels: one aggregation per (window, series) adds up the increments between the window's
+own consecutive points; then a `lag` over those per-window rows pairs each window's first point with the
+series' previous point (the last point of an earlier window at most `lookback` windows back, or the
+stream's state):
 
     increment(prev, cur) = cur.value              if cur.value < prev.value or cur.start != prev.start
                                                   (counter reset: it restarted from 0 at cur.start)
                          = cur.value - prev.value otherwise
 
-A series seen for the first time (no carry) contributes its whole value when its start time lies within
-the lookback horizon (the counter started recently, so everything it counted happened since) and is only
-a baseline otherwise (a long-running client we started watching late: its lifetime total is not put into
-one window). Delta-temporality sums are summed; cumulative histograms get the same pairwise treatment,
-bucket by bucket. The cost is `lookback` extra rows per cumulative point, all inside one JVM aggregation;
-the state stays bounded by the watermark. Carry rows also move the event-time maximum ahead by up to
-`lookback` windows, so the watermark delay is widened by as much: late points are still accepted for
-`watermark_seconds` (measured at window granularity: a point is late when its window starts before the
-newest window minus the delay), and a window is emitted `watermark + lookback x size` after it ends.
-Gauges are last/min/max/avg; histograms get p50/p95/p99 by
+A series seen for the first time (no previous point) contributes its whole value when its start time lies
+within the lookback horizon (the counter started recently, so everything it counted happened since) and is
+only a baseline otherwise (a long-running client we started watching late: its lifetime total is not put
+into one window). Delta-temporality sums are summed; cumulative histograms get the same pairwise treatment,
+bucket by bucket. Gauges are last/min/max/avg; histograms get p50/p95/p99 by
 linear interpolation within the bucket that holds the rank (the first bucket's lower edge is 0 or its
 upper bound if negative; the overflow bucket's upper edge is the highest finite bound).
 """
