@@ -63,14 +63,17 @@ unit: venv images spark-jars spark-operator  ## only the tests that need no serv
 
 test: lint plugin-test pytest  ## everything CI runs: lint, JUnit, pytest (the README's test command)
 
-stack-up:  ## install what is missing, start etcd, kube-apiserver, kube-controller-manager, Kafka; write build/stack.env
+stack-up:  ## both local stacks: the loopback one (build/stack.env) and the one with a Ready node (build/node-stack.env)
 	$(PYTHON) dev/stack/stack.py up
+	$(PYTHON) dev/stack/stack.py node-up
 
-stack-down:  ## stop everything stack-up started
+stack-down:  ## stop everything stack-up started (both stacks)
+	$(PYTHON) dev/stack/stack.py node-down
 	$(PYTHON) dev/stack/stack.py down
 
-stack-status:  ## what is running
+stack-status:  ## what is running (both stacks)
 	$(PYTHON) dev/stack/stack.py status
+	$(PYTHON) dev/stack/stack.py node-status
 
 node-up:  ## a separate stack with a real node (containerd, kubelet, kube-proxy, scheduler, CoreDNS) in namespaces of its own; writes build/node-stack.env
 	$(PYTHON) dev/stack/stack.py node-up

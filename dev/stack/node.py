@@ -446,6 +446,7 @@ def up(state: Path) -> dict[str, str]:
     return {
         "KCT_NODE_NAME": NODE_NAME, "KCT_NODE_IP": NODE_IP,
         "KCT_NODE_PROBE_IMAGE": images["probe"].reference, "KCT_NODE_PROBE_BINARY": str(images["probe"].binary),
+        "KCT_NODE_CONTAINERD_SOCKET": str(paths.containerd_socket),
     }
 
 

@@ -37,6 +37,14 @@ class NodeStack:
     kafka_bootstrap: str       # the node stack's broker from the host (through the forwarder)
     kafka_pod_bootstrap: str   # ... and from pods (its listener on the node's address)
     receiver_token_file: Path  # the bearer token the node stack's broker plugin sends
+    containerd_socket: Path    # the node's containerd (`ctr --address`), in the node's namespaces
+
+    def ctr(self, *args: str) -> str:
+        """`ctr` against the node's containerd, in the CRI's image namespace (the images pods run from)."""
+        proc = subprocess.run([*self.node_exec, "ctr", f"--address={self.containerd_socket}", "--namespace=k8s.io",
+                               *args], capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, f"ctr {' '.join(args)} failed: {proc.stderr}"
+        return proc.stdout
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
@@ -66,7 +74,8 @@ def node_stack_from_env() -> NodeStack:
                      node_exec=[env["KCT_NODE_EXEC"]], kct_image=env.get("KCT_NODE_KCT_IMAGE"),
                      kafka_bootstrap=env["KAFKA_BOOTSTRAP_SERVERS"],
                      kafka_pod_bootstrap=env["KCT_NODE_KAFKA_POD_BOOTSTRAP"],
-                     receiver_token_file=Path(env["KCT_RECEIVER_TOKEN_FILE"]))
+                     receiver_token_file=Path(env["KCT_RECEIVER_TOKEN_FILE"]),
+                     containerd_socket=Path(env["KCT_NODE_CONTAINERD_SOCKET"]))
 
 
 @dataclass(frozen=True)
