@@ -45,11 +45,14 @@ class SecretMissing(ConnectionProblem):
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    """How often both controllers resync, and how their retries back off."""
+    """How often both controllers resync, how their retries back off, and whether the spark-operator's
+    applications are watched (only when the operator may list and watch them: the chart's
+    `rbac.sparkApplications`)."""
 
     resync_seconds: float = 60.0
     backoff_base_seconds: float = 2.0
     backoff_max_seconds: float = 60.0
+    watch_spark_applications: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Settings come from flags with environment fallbacks so the Deployment and local runs share them:
 `KCT_RESYNC_SECONDS` (default 60), `KCT_WATCH_NAMESPACES` (comma-separated; default all),
 `KAFKA_BOOTSTRAP_SERVERS` (the default cluster), `KCT_KAFKA_PROPERTIES_FILE`, and for several replicas
-`KCT_LEADER_ELECTION` (true/false), `KCT_LEADER_ELECTION_NAME`, `POD_NAMESPACE`, `POD_NAME`.
+`KCT_LEADER_ELECTION` (true/false), `KCT_LEADER_ELECTION_NAME`, `POD_NAMESPACE`, `POD_NAME`, and
+`KCT_WATCH_SPARK_APPLICATIONS` (true/false: the aggregation's state reaches status as the spark-operator
+reports it; needs list/watch on sparkoperator.k8s.io applications).
 
 With leader election on, a replica first waits for the Lease (kct.controller.leadership), answering its
 liveness endpoint meanwhile so the kubelet does not restart a healthy standby; only the holder starts
@@ -118,6 +120,7 @@ def run_operator(
     liveness_endpoint: str | None = None,
     verbose: bool = False,
     election: LeaderElection | None = None,
+    watch_spark_applications: bool = False,
 ) -> None:
     import kopf
 
@@ -128,7 +131,8 @@ def run_operator(
     # kafka-python logs every refused connection at ERROR; the Ready condition already names the cause.
     logging.getLogger("kafka").setLevel(logging.WARNING if verbose else logging.CRITICAL)
     registry = kopf.OperatorRegistry()
-    config = OperatorConfig(resync_seconds=resync_seconds, backoff_max_seconds=backoff_max_seconds)
+    config = OperatorConfig(resync_seconds=resync_seconds, backoff_max_seconds=backoff_max_seconds,
+                            watch_spark_applications=watch_spark_applications)
     register_handlers(registry, config)
     # Everything that needs no lease is ready before waiting for it, so a takeover starts kopf at once.
     memo = kopf.Memo(admins=AdminPool.from_environment(KubernetesSecretReader()))
@@ -161,7 +165,8 @@ def _handle(args: argparse.Namespace) -> int:
             identity=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
             lease_duration_seconds=args.lease_duration_seconds,
         )
-    run_operator(namespaces, args.resync_seconds, args.backoff_max_seconds, args.liveness, args.verbose, election)
+    run_operator(namespaces, args.resync_seconds, args.backoff_max_seconds, args.liveness, args.verbose, election,
+                 watch_spark_applications=args.watch_spark_applications)
     return 0
 
 
@@ -205,6 +210,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--lease-duration-seconds", type=float, default=10.0,
         help="how long a silent leader keeps the Lease; takeover after a kill takes at most this plus 20 %%",
+    )
+    parser.add_argument(
+        "--watch-spark-applications", action=argparse.BooleanOptionalAction,
+        default=_flag(os.environ.get("KCT_WATCH_SPARK_APPLICATIONS", "false")),
+        help="watch the aggregation's SparkApplications so their state reaches status at once, not at the next "
+             "resync; needs list/watch on them (default: $KCT_WATCH_SPARK_APPLICATIONS)",
     )
     parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--verbose", "-v", action="store_true")

@@ -63,6 +63,8 @@ __all__ = [
     "StopReconcile",
     "TopicAdminFactory",
     "TopicResult",
+    "aggregation_status",
+    "application_state",
     "apply_children",
     "delete_receiver",
     "parse_spec",
@@ -348,14 +350,20 @@ def aggregation_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str
     body = applied.bodies.get(kind)
     if body is None:
         return None
+    return {"application": f"{kind}/{plan.names.aggregation}", **application_state(body)}
+
+
+def application_state(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the spark-operator reports in a (Scheduled)SparkApplication's status, as the owner's
+    `status.aggregation` shows it: state, message and, for a schedule, its last run (absent fields left out)."""
     observed = body.get("status") or {}
-    fields: dict[str, Any] = {"application": f"{kind}/{plan.names.aggregation}"}
-    if kind == "SparkApplication":
-        state = observed.get("applicationState") or {}
-        fields["state"], fields["message"] = state.get("state"), state.get("errorMessage")
+    fields: dict[str, Any]
+    if body.get("kind") == "ScheduledSparkApplication":
+        fields = {"state": observed.get("scheduleState"), "message": observed.get("reason"),
+                  "lastRun": observed.get("lastRunName")}
     else:
-        fields["state"], fields["message"] = observed.get("scheduleState"), observed.get("reason")
-        fields["lastRun"] = observed.get("lastRunName")
+        state = observed.get("applicationState") or {}
+        fields = {"state": state.get("state"), "message": state.get("errorMessage")}
     return {key: value for key, value in fields.items() if value}
 
 

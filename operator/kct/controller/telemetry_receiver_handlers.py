@@ -6,6 +6,9 @@
   reverted, deleted children re-created) and refreshes the Deployment's readiness in status.
 - child events: when a child carrying our labels is deleted, or a receiver Deployment's controller has
   caught up with a change, the owner is reconciled at once (its status patched through the API).
+- application events (with `OperatorConfig.watch_spark_applications`): when the spark-operator reports a
+  state of the aggregation's (Scheduled)SparkApplication that the owner's `status.aggregation` does not show
+  yet, or the application is deleted, the owner is reconciled at once, not at the next resync.
 - delete: the topic is deleted only with `spec.topic.deleteOnRemoval`; the children go with the
   resource through their ownerReferences (Kubernetes' garbage collector).
 
@@ -28,7 +31,13 @@ from kct.controller.children import ChildrenClient, KubernetesChildren
 from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader, read_properties_file
 from kct.controller.kernel import OperatorConfig, Outcome
 from kct.controller.kopf_outcome import post_events, write_outcome
-from kct.controller.telemetry_receiver import ReceiverResource, TopicAdminFactory, delete_receiver, reconcile_receiver
+from kct.controller.telemetry_receiver import (
+    ReceiverResource,
+    TopicAdminFactory,
+    application_state,
+    delete_receiver,
+    reconcile_receiver,
+)
 from kct.kafka.topics import TopicAdmin
 from kct.render.names import MANAGED_BY, OWNER_LABEL
 
@@ -47,6 +56,11 @@ _WATCHED_CHILDREN: Final = (
     ("policy", "v1", "poddisruptionbudgets"),
     ("autoscaling", "v2", "horizontalpodautoscalers"),
     ("networking.k8s.io", "v1", "networkpolicies"),
+)
+# The aggregation's applications, whose state the spark-operator writes as the job starts, runs and fails.
+_WATCHED_APPLICATIONS: Final = (
+    ("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
+    ("sparkoperator.k8s.io", "v1beta2", "scheduledsparkapplications"),
 )
 
 
@@ -101,6 +115,11 @@ class ReceiverHandlers:
             kopf.on.event(group, version, plural, labels=labels, id=f"child-{plural}", registry=registry)(
                 self.child_changed
             )
+        if self.config.watch_spark_applications:
+            for group, version, plural in _WATCHED_APPLICATIONS:
+                kopf.on.event(group, version, plural, labels=labels, id=f"application-{plural}", registry=registry)(
+                    self.application_changed
+                )
 
     def configure(self, memo: kopf.Memo, **_: Any) -> None:
         """Startup: the Kubernetes client and the pool of topic admins, unless the memo has them (tests)."""
@@ -178,6 +197,24 @@ class ReceiverHandlers:
             return
         if type == "DELETED" or (type == "MODIFIED" and _deployment_settled(body)):
             await self.reconcile_owner(namespace, str(owners[0].get("name")), memo)
+
+
+    async def application_changed(
+        self, type: str, body: kopf.Body, memo: kopf.Memo, namespace: str | None, **_: Any
+    ) -> None:
+        """The spark-operator changed an aggregation application's status, or it was deleted: reconcile the
+        owner when its `status.aggregation` is behind (the spark-operator also rewrites the status for every
+        executor change; those leave the state as it is and cost nothing here)."""
+        owners = [ref for ref in body.get("metadata", {}).get("ownerReferences") or [] if ref.get("kind") == KIND]
+        if not owners or namespace is None or type not in {"MODIFIED", "DELETED"}:
+            return
+        name = str(owners[0].get("name"))
+        if type == "MODIFIED":
+            owner = await asyncio.to_thread(_memo_children(memo).get, f"{GROUP}/{VERSION}", KIND, namespace, name)
+            shown = ((owner or {}).get("status") or {}).get("aggregation") or {}
+            if all(shown.get(key) == value for key, value in application_state(body).items()):
+                return
+        await self.reconcile_owner(namespace, name, memo)
 
 
 def _deployment_settled(body: Mapping[str, Any]) -> bool:

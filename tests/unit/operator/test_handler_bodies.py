@@ -140,3 +140,67 @@ async def test_subscription_change_handler_retries_while_kafka_is_unreachable() 
             body=body, patch=patch, memo=subscription_memo(kafka), retry=0, **{CLAIMS_INDEX: index}
         )
     assert ready(dict(patch["status"]))["reason"] == "KafkaUnreachable"
+
+
+async def _reconciled_with_aggregation() -> tuple[InMemoryChildren, kopf.Memo, ReceiverHandlers, tuple[str, str, str]]:
+    """A receiver with aggregation, reconciled once and stored (status included) as the API server has it."""
+    kube, kafka = InMemoryChildren(deployment_status=dict(AVAILABLE)), InMemoryTopicAdmin()
+    owner = receiver_body(aggregation={})
+    kube.objects[("TelemetryReceiver", "ns", "tr")] = owner
+    memo = receiver_memo(kube, kafka)
+    handlers = ReceiverHandlers(OperatorConfig(watch_spark_applications=True))
+    patch = kopf.Patch()
+    await handlers.on_change(body=kopf.Body(owner), patch=patch, memo=memo, retry=0)
+    owner["status"] = dict(patch["status"])
+    (key,) = [key for key in kube.objects if key[0] == "SparkApplication"]
+    return kube, memo, handlers, key
+
+
+async def test_a_new_application_state_reaches_the_owners_status_at_once() -> None:
+    """Given a reconciled receiver whose status shows its SparkApplication not yet seen by the spark-operator
+    When the spark-operator reports the application RUNNING (a MODIFIED event)
+    Then the owner is reconciled at once and its status.aggregation shows RUNNING."""
+    kube, memo, handlers, key = await _reconciled_with_aggregation()
+    kube.objects[key]["status"] = {"applicationState": {"state": "RUNNING"}}
+
+    await handlers.application_changed(type="MODIFIED", body=kopf.Body(kube.objects[key]), memo=memo, namespace="ns")
+
+    status = kube.objects[("TelemetryReceiver", "ns", "tr")]["status"]
+    TelemetryReceiverStatus.model_validate(status)
+    assert status["aggregation"]["state"] == "RUNNING"
+
+
+async def test_an_application_event_the_owner_already_shows_reconciles_nothing() -> None:
+    """Given a receiver whose status already shows its application's state
+    When the spark-operator rewrites the application's status with the same state (an executor change)
+    Then nothing is applied."""
+    kube, memo, handlers, key = await _reconciled_with_aggregation()
+    kube.objects[key]["status"] = {"applicationState": {"state": "RUNNING"}}
+    await handlers.application_changed(type="MODIFIED", body=kopf.Body(kube.objects[key]), memo=memo, namespace="ns")
+    applied = list(kube.applied)
+    kube.objects[key]["status"]["executorState"] = {"tr-aggregation-exec-1": "RUNNING"}
+
+    await handlers.application_changed(type="MODIFIED", body=kopf.Body(kube.objects[key]), memo=memo, namespace="ns")
+
+    assert kube.applied == applied
+
+
+async def test_a_deleted_application_is_recreated_at_once() -> None:
+    kube, memo, handlers, key = await _reconciled_with_aggregation()
+    application = kube.objects.pop(key)
+
+    await handlers.application_changed(type="DELETED", body=kopf.Body(application), memo=memo, namespace="ns")
+
+    assert key in kube.objects
+
+
+def test_applications_are_watched_only_when_configured() -> None:
+    """The chart turns the watch on with the RBAC for it (`rbac.sparkApplications`): without list/watch
+    permission kopf's watch would fail, so it is off unless asked for."""
+    def watched(config: OperatorConfig) -> set[str]:
+        registry = kopf.OperatorRegistry()
+        ReceiverHandlers(config).register(registry)
+        return {str(h.selector.any_name) for h in registry._watching.get_all_handlers() if h.selector is not None}
+
+    assert "sparkapplications" not in watched(OperatorConfig())
+    assert {"sparkapplications", "scheduledsparkapplications"} <= watched(OperatorConfig(watch_spark_applications=True))
