@@ -13,8 +13,9 @@ modes share every transform:
 
 Delivery: each of a micro-batch's outputs (client_metrics, rollups, alerts, the Kafka topic) is marked
 written per batch id once written, so a batch replayed after a crash writes only what it had not. A Parquet
-append is committed whole by Spark; the Kafka output of a batch interrupted mid-way is sent again (at
-least once). Terminations are appended at least once.
+append is committed whole by Spark (a crash in the short gap between that commit and the mark appends it
+again on replay); the Kafka output of a batch interrupted mid-way is sent again (at
+least once). Terminations are marked the same way.
 """
 
 from __future__ import annotations
@@ -353,13 +354,19 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, 
     return write
 
 
-def _terminations_batch_writer(cfg: AggregationConfig) -> Callable[[Any, int], None]:
+def _terminations_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, int], None]:
+    """foreachBatch function of the terminations query: appended once per batch id, as the metrics outputs
+    (a batch replayed after a driver crash does not append its terminations again)."""
+    from kct.aggregation.stream import StateStore
     from kct.aggregation.transforms import terminations
+
+    store = StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/terminations_state")
 
     def write(batch: Any, batch_id: int) -> None:
         found = terminations(batch)
         if not found.isEmpty():
-            _write(found, cfg, "terminations", "append")
+            _write_once(store, batch_id, {"terminations": lambda: _write(found, cfg, "terminations", "append")})
+        store.forget_outputs_before(batch_id)
 
     return write
 
@@ -394,7 +401,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
         trigger(
             ending.writeStream.queryName("kct_terminations").outputMode("append")
             .option("checkpointLocation", f"{checkpoints}/terminations")
-            .foreachBatch(_terminations_batch_writer(cfg))
+            .foreachBatch(_terminations_batch_writer(spark, cfg))
         ).start(),
     ]
     return queries
