@@ -59,3 +59,58 @@ def test_a_replayed_terminations_batch_appends_them_once(spark: Any, tmp_path: P
     assert [r.offset for r in rows(spark, cfg, "terminations")] == [2]
     write(later, 1)
     assert sorted(r.offset for r in rows(spark, cfg, "terminations")) == [2, 5]
+
+
+def test_a_crash_between_an_append_and_its_mark_does_not_append_twice(spark: Any, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given micro-batch 1 whose client_metrics append completed but whose driver died before marking it,
+    When Spark replays batch 1, Then client_metrics holds its window once."""
+    from kct.aggregation.stream import StateStore
+
+    cfg = config(tmp_path)
+    write = job._metrics_batch_writer(spark, cfg)
+    write(points_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)]), 0)
+    second = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
+    mark = StateStore.mark_written
+
+    def crash(store: StateStore, batch_id: int, output: str) -> None:
+        if (batch_id, output) == (1, "client_metrics"):
+            raise RuntimeError("driver killed")
+        mark(store, batch_id, output)
+
+    monkeypatch.setattr(StateStore, "mark_written", crash)
+    with pytest.raises(RuntimeError, match="driver killed"):
+        write(second, 1)
+    monkeypatch.setattr(StateStore, "mark_written", mark)
+    job._metrics_batch_writer(spark, cfg)(second, 1)  # the new driver's replay
+    windows = sorted(r.window_start for r in rows(spark, cfg, "client_metrics"))
+    assert len(windows) == 2 and len(set(windows)) == 2
+
+
+def test_a_staged_append_moves_each_file_once_across_attempts(spark: Any, tmp_path: Path) -> None:
+    """Given a batch's rows staged in 3 files of which an earlier attempt moved one into the table,
+    When the append runs again, Then it writes nothing again and moves the other two: every row once;
+    and the next batch's append drops the staging of the one before."""
+    from kct.aggregation.delivery import StagedAppend
+
+    table = tmp_path / "table"
+    appender = StagedAppend(spark, str(table))
+    df = spark.range(30).repartition(3)
+    writes: list[str] = []
+
+    def write(path: str) -> None:
+        writes.append(path)
+        df.write.mode("overwrite").parquet(path)
+
+    staging = Path(appender.staging(7))
+    write(str(staging))
+    (staging / "_STAGED").touch()
+    first = sorted(staging.glob("part-*.parquet"))[0]
+    first.rename(table / first.name)
+    assert appender.append(7, write) == 2
+    assert writes == [str(staging)]
+    assert sorted(r.id for r in spark.read.parquet(str(table)).collect()) == list(range(30))
+    assert appender.append(7, write) == 0
+    appender.append(8, lambda path: spark.range(30, 31).write.mode("overwrite").parquet(path))
+    assert not staging.exists()
+    assert spark.read.parquet(str(table)).count() == 31
