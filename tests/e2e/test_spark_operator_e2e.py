@@ -194,7 +194,9 @@ def _pods(stack: NodeStack, namespace: str, role: str) -> list[dict[str, Any]]:
 
 
 def _parquet_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.parquet") if "_checkpoints" not in p.parts)
+    """The tables' files (not the checkpoints' nor a micro-batch's staging: readers skip `_` folders)."""
+    return sorted(p for p in folder.rglob("*.parquet")
+                  if not any(part.startswith("_") for part in p.relative_to(folder).parts))
 
 
 def _aggregation_status(stack: NodeStack, namespace: str) -> dict[str, Any]:

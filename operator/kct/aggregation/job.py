@@ -13,8 +13,9 @@ modes share every transform:
 
 Delivery: each of a micro-batch's outputs (client_metrics, rollups, alerts, the Kafka topic) is marked
 written per batch id once written, so a batch replayed after a crash writes only what it had not. A Parquet
-append is committed whole by Spark; the Kafka output of a batch interrupted mid-way is sent again (at
-least once). Terminations are appended at least once.
+append goes through a staging folder per batch id (kct.aggregation.delivery), so a crash between the append
+and its mark does not append it twice on replay either; the Kafka output of a batch interrupted mid-way is
+sent again (at least once). Terminations are marked and staged the same way.
 """
 
 from __future__ import annotations
@@ -241,9 +242,17 @@ def _path(cfg: AggregationConfig, table: str) -> str:
     return f"{cfg.parquet.path.rstrip('/')}/{table}"
 
 
-def _write(df: Any, cfg: AggregationConfig, table: str, mode: str) -> None:
+def _write(df: Any, cfg: AggregationConfig, table: str, mode: str, path: str | None = None) -> None:
     ordered = df.sortWithinPartitions(*_PARTITIONS[table], *_CLUSTERING[table])
-    ordered.write.mode(mode).partitionBy(*_PARTITIONS[table]).parquet(_path(cfg, table))
+    ordered.write.mode(mode).partitionBy(*_PARTITIONS[table]).parquet(path or _path(cfg, table))
+
+
+def _append_once(spark: Any, cfg: AggregationConfig, table: str, batch_id: int, df: Any) -> None:
+    """Append a micro-batch's rows to `table` through its staging (kct.aggregation.delivery): a replay of
+    the batch does not append them again, even when the crash came right after the append."""
+    from kct.aggregation.delivery import StagedAppend
+
+    StagedAppend(spark, _path(cfg, table)).append(batch_id, lambda path: _write(df, cfg, table, "overwrite", path))
 
 
 def _send_to_kafka(df: Any, out: KafkaOutputConfig) -> None:
@@ -293,18 +302,19 @@ def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig) -> Any:
     return None if found is None else found.where(F.col("window_start") >= F.lit(first))
 
 
-def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any) -> dict[str, Callable[[], None]]:
+def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any,
+                     batch_id: int) -> dict[str, Callable[[], None]]:
     """What a micro-batch's finalized windows are written to, by output name, in order."""
     from kct.aggregation.transforms import rollups
 
     def alerts() -> None:
         fired = _alerts_with_history(spark, metrics, cfg)
         if fired is not None:
-            _write(fired, cfg, "alerts", "append")
+            _append_once(spark, cfg, "alerts", batch_id, fired)
 
     out = {
-        "client_metrics": lambda: _write(metrics, cfg, "client_metrics", "append"),
-        "rollups": lambda: _write(rollups(metrics), cfg, "rollups", "append"),
+        "client_metrics": lambda: _append_once(spark, cfg, "client_metrics", batch_id, metrics),
+        "rollups": lambda: _append_once(spark, cfg, "rollups", batch_id, rollups(metrics)),
         "alerts": alerts,
     }
     if cfg.kafka_output is not None:
@@ -342,7 +352,7 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, 
                 metrics = step.finalized.persist()
                 try:
                     if not metrics.isEmpty():
-                        _write_once(store, batch_id, _metrics_outputs(spark, cfg, metrics))
+                        _write_once(store, batch_id, _metrics_outputs(spark, cfg, metrics, batch_id))
                 finally:
                     metrics.unpersist()
             store.save(batch_id, step.state)
@@ -353,13 +363,20 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, 
     return write
 
 
-def _terminations_batch_writer(cfg: AggregationConfig) -> Callable[[Any, int], None]:
+def _terminations_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, int], None]:
+    """foreachBatch function of the terminations query: appended once per batch id, as the metrics outputs
+    (a batch replayed after a driver crash does not append its terminations again)."""
+    from kct.aggregation.stream import StateStore
     from kct.aggregation.transforms import terminations
+
+    store = StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/terminations_state")
 
     def write(batch: Any, batch_id: int) -> None:
         found = terminations(batch)
         if not found.isEmpty():
-            _write(found, cfg, "terminations", "append")
+            _write_once(store, batch_id,
+                        {"terminations": lambda: _append_once(spark, cfg, "terminations", batch_id, found)})
+        store.forget_outputs_before(batch_id)
 
     return write
 
@@ -394,7 +411,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
         trigger(
             ending.writeStream.queryName("kct_terminations").outputMode("append")
             .option("checkpointLocation", f"{checkpoints}/terminations")
-            .foreachBatch(_terminations_batch_writer(cfg))
+            .foreachBatch(_terminations_batch_writer(spark, cfg))
         ).start(),
     ]
     return queries

@@ -244,6 +244,9 @@ class AggregationSpec(AggregationTuning):
     """PersistentVolumeClaim mounted at `sinkPath` in driver and executors (ReadWriteMany)."""
     trigger_seconds: int = Field(default=30, ge=0, le=86400)
     """Micro-batch trigger of the streaming query."""
+    max_records_per_trigger: int | None = Field(default=None, ge=1)
+    """Upper bound on the records one micro-batch reads (Spark's maxOffsetsPerTrigger); unset: the job's
+    default (200000). Bounds a micro-batch's memory and latency when a backlog is read."""
     driver: DriverSpec = DriverSpec()
     executor: ExecutorSpec = ExecutorSpec()
     spark_conf: dict[str, str] = Field(default_factory=dict)

@@ -128,6 +128,14 @@ def receiver_config_yaml(params: ReceiverParams) -> str:
     return dump_config_yaml(receiver_config(params.spec, params.bootstrap_servers))
 
 
+def _source(params: ReceiverParams) -> SourceConfig:
+    source = SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name)
+    aggregation = params.spec.aggregation
+    if aggregation is None or aggregation.max_records_per_trigger is None:
+        return source
+    return source.model_copy(update={"max_records_per_partition": aggregation.max_records_per_trigger})
+
+
 def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
     """The Spark job's config, or None when aggregation is absent or disabled."""
     aggregation = params.spec.aggregation
@@ -135,7 +143,7 @@ def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
         return None
     return AggregationConfig(
         **aggregation.tuning(),
-        source=SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name),
+        source=_source(params),
         parquet=ParquetOutputConfig(path=aggregation.sink_path),
         run=RunConfig(
             mode="stream",

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from kct.aggregation.config import SourceConfig
 from kct.aggregation.config import parse_job_config as parse_aggregation_config
 from kct.api.telemetry_receiver import parse_receiver_spec
 from kct.receiver.config import load_receiver_config
@@ -199,6 +200,19 @@ def test_aggregation_mode_picks_the_spark_kind_and_renders_the_jobs_config() -> 
     )
     job = parse_aggregation_config(yaml.safe_load(configmap["data"]["aggregation.yaml"]))
     assert (job.source.topic, job.source.bootstrap_servers, job.window.size_seconds) == ("raw", "broker:9092", 30)
+
+
+def test_max_records_per_trigger_bounds_the_jobs_micro_batches() -> None:
+    """Given `maxRecordsPerTrigger`, Then the job's config reads at most that many records per micro-batch
+    (Spark's maxOffsetsPerTrigger); Given none, Then the job's own default."""
+
+    def source(aggregation: dict[str, object]) -> Any:
+        configmap = next(m for m in render_children(params({"aggregation": aggregation}))
+                         if m["metadata"]["name"] == "tr-aggregation" and m["kind"] == "ConfigMap")
+        return parse_aggregation_config(yaml.safe_load(configmap["data"]["aggregation.yaml"])).source
+
+    assert source({"maxRecordsPerTrigger": 25}).max_records_per_partition == 25
+    assert source({}).max_records_per_partition == SourceConfig.model_fields["max_records_per_partition"].default
 
 
 def test_secret_producer_properties_reach_the_pods_as_environment_variables() -> None:

@@ -1,0 +1,116 @@
+"""The streaming job's foreachBatch functions (kct.aggregation.job) when Spark replays a micro-batch: after
+a driver crash, the batch Spark had not committed runs again with the same id and the same records; its
+outputs already appended must not be appended twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aggregation_helpers import point, points_df
+
+from kct.aggregation import job
+from kct.aggregation.config import AggregationConfig, ParquetOutputConfig, RunConfig, SourceConfig, WindowConfig
+
+pytestmark = pytest.mark.spark
+
+QTIME = "org.apache.kafka.producer.record.queue.time.max"
+
+
+def config(tmp_path: Path) -> AggregationConfig:
+    return AggregationConfig(
+        source=SourceConfig(bootstrap_servers="unused:9092"), parquet=ParquetOutputConfig(path=str(tmp_path / "out")),
+        run=RunConfig(checkpoint_path=str(tmp_path / "checkpoints")),
+        window=WindowConfig(size_seconds=60, watermark_seconds=0),
+    )
+
+
+def rows(spark: Any, cfg: AggregationConfig, table: str) -> list[Any]:
+    return list(spark.read.parquet(f"{cfg.parquet.path}/{table}").collect())
+
+
+def test_a_replayed_metrics_batch_appends_its_windows_once(spark: Any, tmp_path: Path) -> None:
+    """Given micro-batch 0 (windows 0 and 1) and micro-batch 1 (window 2, which finalizes window 1),
+    When batch 1 runs twice (the replay after a crash before Spark committed it),
+    Then client_metrics holds each finalized window once, and as many rows as an uninterrupted run."""
+    cfg = config(tmp_path)
+    write = job._metrics_batch_writer(spark, cfg)
+    first = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)])
+    second = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
+    write(first, 0)
+    write(second, 1)
+    once = sorted((r.window_start, r.metric) for r in rows(spark, cfg, "client_metrics"))
+    write(second, 1)
+    again = sorted((r.window_start, r.metric) for r in rows(spark, cfg, "client_metrics"))
+    assert len(once) == 2 and len(set(once)) == 2
+    assert again == once
+
+
+def test_a_replayed_terminations_batch_appends_them_once(spark: Any, tmp_path: Path) -> None:
+    """Given a micro-batch with a terminating push, When it runs twice with the same batch id (a replay)
+    and then the next batch runs, Then the terminations table holds one row per terminating push."""
+    cfg = config(tmp_path)
+    write = job._terminations_batch_writer(spark, cfg)
+    ending = points_df(spark, [point(QTIME, 70, 1.0, terminating=True, offset=2)])
+    later = points_df(spark, [point(QTIME, 80, 1.0, terminating=True, offset=5, client_instance_id="inst-2")])
+    write(ending, 0)
+    write(ending, 0)
+    assert [r.offset for r in rows(spark, cfg, "terminations")] == [2]
+    write(later, 1)
+    assert sorted(r.offset for r in rows(spark, cfg, "terminations")) == [2, 5]
+
+
+def test_a_crash_between_an_append_and_its_mark_does_not_append_twice(spark: Any, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given micro-batch 1 whose client_metrics append completed but whose driver died before marking it,
+    When Spark replays batch 1, Then client_metrics holds its window once."""
+    from kct.aggregation.stream import StateStore
+
+    cfg = config(tmp_path)
+    write = job._metrics_batch_writer(spark, cfg)
+    write(points_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)]), 0)
+    second = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
+    mark = StateStore.mark_written
+
+    def crash(store: StateStore, batch_id: int, output: str) -> None:
+        if (batch_id, output) == (1, "client_metrics"):
+            raise RuntimeError("driver killed")
+        mark(store, batch_id, output)
+
+    monkeypatch.setattr(StateStore, "mark_written", crash)
+    with pytest.raises(RuntimeError, match="driver killed"):
+        write(second, 1)
+    monkeypatch.setattr(StateStore, "mark_written", mark)
+    job._metrics_batch_writer(spark, cfg)(second, 1)  # the new driver's replay
+    windows = sorted(r.window_start for r in rows(spark, cfg, "client_metrics"))
+    assert len(windows) == 2 and len(set(windows)) == 2
+
+
+def test_a_staged_append_moves_each_file_once_across_attempts(spark: Any, tmp_path: Path) -> None:
+    """Given a batch's rows staged in 3 files of which an earlier attempt moved one into the table,
+    When the append runs again, Then it writes nothing again and moves the other two: every row once;
+    and the next batch's append drops the staging of the one before."""
+    from kct.aggregation.delivery import StagedAppend
+
+    table = tmp_path / "table"
+    appender = StagedAppend(spark, str(table))
+    df = spark.range(30).repartition(3)
+    writes: list[str] = []
+
+    def write(path: str) -> None:
+        writes.append(path)
+        df.write.mode("overwrite").parquet(path)
+
+    staging = Path(appender.staging(7))
+    write(str(staging))
+    (staging / "_STAGED").touch()
+    first = sorted(staging.glob("part-*.parquet"))[0]
+    first.rename(table / first.name)
+    assert appender.append(7, write) == 2
+    assert writes == [str(staging)]
+    assert sorted(r.id for r in spark.read.parquet(str(table)).collect()) == list(range(30))
+    assert appender.append(7, write) == 0
+    appender.append(8, lambda path: spark.range(30, 31).write.mode("overwrite").parquet(path))
+    assert not staging.exists()
+    assert spark.read.parquet(str(table)).count() == 31
