@@ -283,13 +283,19 @@ def _start(name: str, cmd: list[str], env: dict[str, str], port: int, topic: str
     return server
 
 
+def start_receiver(tmp: Path, name: str, operator_dir: Path) -> Server:
+    """A receiver running the `kct` package found in `operator_dir` (this checkout's, or a baseline's)."""
+    port, topic = _free_port(), f"bench-{name}"
+    cfg = tmp / f"{name}.json"  # JSON is YAML
+    cfg.write_text(json.dumps(_receiver_config(port, topic)))
+    env = dict(os.environ, KCT_BENCH_TOKEN=TOKEN, PYTHONPATH=str(operator_dir))
+    return _start(name, [sys.executable, "-m", "kct.cli", "receiver", "--config", str(cfg)], env, port, topic, tmp,
+                  "/readyz")
+
+
 def start_servers(tmp: Path, collector: Path) -> tuple[Server, Server]:
-    kct_port, col_port = _free_port(), _free_port()
-    cfg = tmp / "receiver.json"  # JSON is YAML
-    cfg.write_text(json.dumps(_receiver_config(kct_port, "bench-kct")))
-    env = dict(os.environ, KCT_BENCH_TOKEN=TOKEN, PYTHONPATH=str(REPO / "operator"))
-    kct = _start("kct", [sys.executable, "-m", "kct.cli", "receiver", "--config", str(cfg)], env, kct_port,
-                 "bench-kct", tmp, "/readyz")
+    kct = start_receiver(tmp, "kct", REPO / "operator")
+    col_port = _free_port()
     col_cfg = tmp / "collector.yaml"
     col_cfg.write_text(_collector_config(col_port, "bench-otelcol"))
     col = _start("otelcol", [str(collector), "--config", str(col_cfg)], dict(os.environ, GOMAXPROCS="1"),
@@ -392,20 +398,20 @@ def _load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def measure(args: argparse.Namespace, kct: Server, col: Server, loadgen: Path, tmp: Path) -> dict[str, Any]:
+def measure(args: argparse.Namespace, servers: list[Server], loadgen: Path, tmp: Path) -> dict[str, Any]:
     raw = build_push(100)
     bodies = {False: tmp / "push.pb", True: tmp / "push.pb.gz"}
     bodies[False].write_bytes(raw)
     bodies[True].write_bytes(gzip.compress(raw))
     print(f"push: {len(raw)} bytes protobuf ({len(gzip.compress(raw))} gzip), 100 data points; "
           f"{args.trials} interleaved trials x {args.seconds:.0f} s per scenario and server", flush=True)
-    tallies = {(s.name, srv.name): Tally() for s in args.scenarios for srv in (kct, col)}
-    before = {srv.name: records_in(srv.topic) for srv in (kct, col)}
-    answered = {kct.name: 0, col.name: 0}
+    tallies = {(s.name, srv.name): Tally() for s in args.scenarios for srv in servers}
+    before = {srv.name: records_in(srv.topic) for srv in servers}
+    answered = {srv.name: 0 for srv in servers}
     for trial in range(args.trials):
         for scenario in args.scenarios:
-            order = (kct, col) if (trial + args.scenarios.index(scenario)) % 2 == 0 else (col, kct)
-            for server in order:
+            shift = (trial + args.scenarios.index(scenario)) % len(servers)  # who goes first rotates
+            for server in servers[shift:] + servers[:shift]:
                 figures = drive(loadgen, server, scenario, bodies[scenario.gzip], args.seconds)
                 _add(tallies[(scenario.name, server.name)], figures)
                 answered[server.name] += int(figures["ok"]) + int(figures["warmup_ok"])
@@ -414,29 +420,34 @@ def measure(args: argparse.Namespace, kct: Server, col: Server, loadgen: Path, t
                       f"p50 {figures['p50_ms']:.1f} ms  statuses {figures['statuses']}  "
                       f"load {_load_average()}", flush=True)
     time.sleep(1.0)
-    stored = {srv.name: records_in(srv.topic) - before[srv.name] for srv in (kct, col)}
+    stored = {srv.name: records_in(srv.topic) - before[srv.name] for srv in servers}
     return {"tallies": tallies, "answered": answered, "stored": stored}
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
+    """One table per receiver (this checkout's `kct`, and `base` with --baseline), each against the Collector."""
     tallies: dict[tuple[str, str], Tally] = result["tallies"]
     print(f"\nload average after the run: {_load_average()} ({os.cpu_count()} cores, shared)")
-    print(f"{'scenario':22s} {'kct/CPU-s':>9s} {'otelcol/CPU-s':>10s} {'ratio':>6s}   "
-          f"{'kct/s':>7s} {'otel/s':>7s}   {'p50/p99 ms kct vs otelcol':26s} {'RSS MB kct':>6s} {'otelcol':>6s}")
     summary: dict[str, Any] = {}
-    for scenario in args.scenarios:
-        kct, col = tallies[(scenario.name, "kct")], tallies[(scenario.name, "otelcol")]
-        print(_row(scenario, kct, col))
-        summary[scenario.name] = {
-            "kct_per_cpu_s": kct.per_cpu_s(), "otelcol_per_cpu_s": col.per_cpu_s(),
-            "ratio": kct.per_cpu_s() / col.per_cpu_s() if col.per_cpu_s() else 0.0,
-            "kct_p50_ms": _median(kct.p50), "otelcol_p50_ms": _median(col.p50),
-            "kct_p99_ms": _median(kct.p99), "otelcol_p99_ms": _median(col.p99),
-            "kct_rss_peak_mb": kct.rss_peak_mb, "otelcol_rss_peak_mb": col.rss_peak_mb,
-            "kct_statuses": kct.statuses, "otelcol_statuses": col.statuses,
-            "kct_late": kct.late, "otelcol_late": col.late,
-        }
-    for name in ("kct", "otelcol"):
+    receivers = [name for name in result["answered"] if name != "otelcol"]
+    for receiver in receivers:
+        print(f"\n{receiver}:")
+        print(f"{'scenario':22s} {'kct/CPU-s':>9s} {'otelcol/CPU-s':>10s} {'ratio':>6s}   "
+              f"{'kct/s':>7s} {'otel/s':>7s}   {'p50/p99 ms kct vs otelcol':26s} {'RSS MB kct':>6s} {'otelcol':>6s}")
+        for scenario in args.scenarios:
+            kct, col = tallies[(scenario.name, receiver)], tallies[(scenario.name, "otelcol")]
+            print(_row(scenario, kct, col))
+            prefix = "" if receiver == "kct" else f"{receiver}:"
+            summary[prefix + scenario.name] = {
+                "kct_per_cpu_s": kct.per_cpu_s(), "otelcol_per_cpu_s": col.per_cpu_s(),
+                "ratio": kct.per_cpu_s() / col.per_cpu_s() if col.per_cpu_s() else 0.0,
+                "kct_p50_ms": _median(kct.p50), "otelcol_p50_ms": _median(col.p50),
+                "kct_p99_ms": _median(kct.p99), "otelcol_p99_ms": _median(col.p99),
+                "kct_rss_peak_mb": kct.rss_peak_mb, "otelcol_rss_peak_mb": col.rss_peak_mb,
+                "kct_statuses": kct.statuses, "otelcol_statuses": col.statuses,
+                "kct_late": kct.late, "otelcol_late": col.late,
+            }
+    for name in result["answered"]:
         answered, stored = result["answered"][name], result["stored"][name]
         verdict = "match" if answered == stored else "MISMATCH"
         print(f"{name}: {answered} pushes answered 200, {stored} records in its topic: {verdict}")
@@ -452,6 +463,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--only", default="", help="comma-separated scenario names (prefix match)")
     parser.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="OPERATOR_DIR",
+                        help="also run the receiver of another checkout (its `operator` directory, e.g. from "
+                             "`git archive main operator`) as server `base`, interleaved with the others")
     args = parser.parse_args()
     if args.prepare:
         prepare()
@@ -466,11 +480,13 @@ def main() -> int:
                     controller_port=KAFKA_CONTROLLER_PORT)
     servers: list[Server] = []
     try:
-        create_topics(["bench-kct", "bench-otelcol"])
+        create_topics(["bench-kct", "bench-otelcol", "bench-base"])
         with tempfile.TemporaryDirectory(prefix="kct-bench-") as tmp:
             kct, col = start_servers(Path(tmp), collector)
             servers = [kct, col]
-            result = measure(args, kct, col, loadgen, Path(tmp))
+            if args.baseline is not None:
+                servers.append(start_receiver(Path(tmp), "base", args.baseline.resolve()))
+            result = measure(args, servers, loadgen, Path(tmp))
             summary = report(args, result)
             for server in servers:
                 server.stop()
