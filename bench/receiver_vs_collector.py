@@ -3,6 +3,9 @@
 
     .venv/bin/python bench/receiver_vs_collector.py --prepare       # on the host: build what is missing
     .venv/bin/python bench/receiver_vs_collector.py [--full]        # measure (run it in a network namespace)
+    mkdir /tmp/base && git archive main operator | tar -x -C /tmp/base
+    cp operator/kct/receiver/_otlpscan*.so /tmp/base/operator/kct/receiver/
+    .venv/bin/python bench/receiver_vs_collector.py --baseline /tmp/base/operator   # old and new, interleaved
 
 `--prepare` needs the network: it builds the Collector with its builder (ocb) from Go modules at one
 release (COLLECTOR_RELEASE: otlpreceiver, the contrib kafkaexporter and bearertokenauthextension), the
@@ -21,7 +24,9 @@ Both servers run for the whole benchmark, pinned to the same core (taskset); onl
 the load generator on the other core. Trials alternate which server goes first. Per scenario it prints
 pushes per CPU-second of the server process (user + system from /proc/<pid>/stat, all its threads),
 the ratio receiver / Collector, latency p50/p99 (at the fixed rate: from each push's scheduled time), peak
-RSS during the run, and checks that the records in each server's topic match the 200s it answered.
+RSS during the run, voluntary context switches per push (all threads: the wake-ups and thread hand-offs a
+push costs, a figure that barely moves with the shared machine's load), and checks that the records in
+each server's topic match the 200s it answered.
 """
 
 from __future__ import annotations
@@ -105,6 +110,10 @@ class Tally:
     statuses: dict[str, int] = field(default_factory=dict)
     errors: int = 0
     late: int = 0
+    switches: int = 0
+
+    def switches_per_push(self) -> float:
+        return self.switches / self.ok if self.ok else 0.0
 
     def per_cpu_s(self) -> float:
         return self.ok / self.cpu_s if self.cpu_s else 0.0
@@ -226,6 +235,20 @@ class Server:
     def cpu_s(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def context_switches(self) -> int:
+        """Voluntary context switches of all the server's threads so far: each is a thread going to sleep to
+        wait (for a socket, a timer, a queue, a lock), so per push they count the hand-offs between threads
+        and the wake-ups; unlike CPU time they barely depend on how loaded the shared machine is."""
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+            except OSError:  # a thread that just ended
+                continue
+        return total
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -349,12 +372,13 @@ def drive(loadgen: Path, server: Server, scenario: Scenario, body: Path, seconds
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     cpu0 = cpu1 = 0.0
+    sw0 = sw1 = 0
     last = ""
     for line in proc.stdout:
         if line.startswith("MEASURE"):
-            cpu0 = server.cpu_s()
+            cpu0, sw0 = server.cpu_s(), server.context_switches()
         elif line.startswith("DONE"):
-            cpu1 = server.cpu_s()
+            cpu1, sw1 = server.cpu_s(), server.context_switches()
         elif line.startswith("{"):
             last = line
     proc.wait()
@@ -364,6 +388,7 @@ def drive(loadgen: Path, server: Server, scenario: Scenario, body: Path, seconds
         raise SystemExit(f"load generator failed ({proc.returncode}) against {server.name}")
     figures: dict[str, Any] = json.loads(last)
     figures["cpu_s"] = cpu1 - cpu0
+    figures["switches"] = sw1 - sw0
     figures["rss_peak_mb"] = peak[0]
     return figures
 
@@ -377,6 +402,7 @@ def _add(tally: Tally, figures: dict[str, Any]) -> None:
     tally.rss_peak_mb = max(tally.rss_peak_mb, float(figures["rss_peak_mb"]))
     tally.errors += int(figures["errors"])
     tally.late += int(figures["late"])
+    tally.switches += int(figures["switches"])
     for status, n in figures["statuses"].items():
         tally.statuses[status] = tally.statuses.get(status, 0) + int(n)
 
@@ -391,7 +417,8 @@ def _row(scenario: Scenario, kct: Tally, col: Tally) -> str:
     latency = (f"{_median(kct.p50):.1f}/{_median(kct.p99):.1f} vs {_median(col.p50):.1f}/{_median(col.p99):.1f}")
     return (f"{scenario.name:22s} {kct.per_cpu_s():9,.0f} {col.per_cpu_s():10,.0f} {ratio:6.2f}   "
             f"{kct.ok / kct.seconds if kct.seconds else 0:7,.0f} {col.ok / col.seconds if col.seconds else 0:7,.0f}"
-            f"   {latency:26s} {kct.rss_peak_mb:6.0f} {col.rss_peak_mb:6.0f}")
+            f"   {latency:26s} {kct.rss_peak_mb:6.0f} {col.rss_peak_mb:6.0f}"
+            f"   {kct.switches_per_push():5.1f} {col.switches_per_push():5.1f}")
 
 
 def _load_average() -> str:
@@ -417,7 +444,9 @@ def measure(args: argparse.Namespace, servers: list[Server], loadgen: Path, tmp:
                 answered[server.name] += int(figures["ok"]) + int(figures["warmup_ok"])
                 print(f"  trial {trial + 1} {scenario.name:22s} {server.name:8s} "
                       f"{figures['ok'] / figures['cpu_s'] if figures['cpu_s'] else 0:8,.0f} pushes/CPU-s  "
-                      f"p50 {figures['p50_ms']:.1f} ms  statuses {figures['statuses']}  "
+                      f"p50 {figures['p50_ms']:.1f} ms  "
+                      f"{figures['switches'] / figures['ok'] if figures['ok'] else 0:.1f} switches/push  "
+                      f"statuses {figures['statuses']}  "
                       f"load {_load_average()}", flush=True)
     time.sleep(1.0)
     stored = {srv.name: records_in(srv.topic) - before[srv.name] for srv in servers}
@@ -433,7 +462,8 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
     for receiver in receivers:
         print(f"\n{receiver}:")
         print(f"{'scenario':22s} {'kct/CPU-s':>9s} {'otelcol/CPU-s':>10s} {'ratio':>6s}   "
-              f"{'kct/s':>7s} {'otel/s':>7s}   {'p50/p99 ms kct vs otelcol':26s} {'RSS MB kct':>6s} {'otelcol':>6s}")
+              f"{'kct/s':>7s} {'otel/s':>7s}   {'p50/p99 ms kct vs otelcol':26s} {'RSS MB kct':>6s} {'otelcol':>6s}"
+              f"   {'switches/push kct otelcol'}")
         for scenario in args.scenarios:
             kct, col = tallies[(scenario.name, receiver)], tallies[(scenario.name, "otelcol")]
             print(_row(scenario, kct, col))
@@ -446,6 +476,8 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
                 "kct_rss_peak_mb": kct.rss_peak_mb, "otelcol_rss_peak_mb": col.rss_peak_mb,
                 "kct_statuses": kct.statuses, "otelcol_statuses": col.statuses,
                 "kct_late": kct.late, "otelcol_late": col.late,
+                "kct_switches_per_push": kct.switches_per_push(),
+                "otelcol_switches_per_push": col.switches_per_push(),
             }
     for name in result["answered"]:
         answered, stored = result["answered"][name], result["stored"][name]
