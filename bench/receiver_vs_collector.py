@@ -3,6 +3,9 @@
 
     .venv/bin/python bench/receiver_vs_collector.py --prepare       # on the host: build what is missing
     .venv/bin/python bench/receiver_vs_collector.py [--full]        # measure (run it in a network namespace)
+    mkdir /tmp/base && git archive main operator | tar -x -C /tmp/base
+    cp operator/kct/receiver/_otlpscan*.so /tmp/base/operator/kct/receiver/
+    .venv/bin/python bench/receiver_vs_collector.py --baseline /tmp/base/operator   # old and new, interleaved
 
 `--prepare` needs the network: it builds the Collector with its builder (ocb) from Go modules at one
 release (COLLECTOR_RELEASE: otlpreceiver, the contrib kafkaexporter and bearertokenauthextension), the
@@ -21,7 +24,9 @@ Both servers run for the whole benchmark, pinned to the same core (taskset); onl
 the load generator on the other core. Trials alternate which server goes first. Per scenario it prints
 pushes per CPU-second of the server process (user + system from /proc/<pid>/stat, all its threads),
 the ratio receiver / Collector, latency p50/p99 (at the fixed rate: from each push's scheduled time), peak
-RSS during the run, and checks that the records in each server's topic match the 200s it answered.
+RSS during the run, voluntary context switches per push (all threads: the wake-ups and thread hand-offs a
+push costs, a figure that barely moves with the shared machine's load), and checks that the records in
+each server's topic match the 200s it answered.
 """
 
 from __future__ import annotations
@@ -105,6 +110,10 @@ class Tally:
     statuses: dict[str, int] = field(default_factory=dict)
     errors: int = 0
     late: int = 0
+    switches: int = 0
+
+    def switches_per_push(self) -> float:
+        return self.switches / self.ok if self.ok else 0.0
 
     def per_cpu_s(self) -> float:
         return self.ok / self.cpu_s if self.cpu_s else 0.0
@@ -227,6 +236,20 @@ class Server:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
+    def context_switches(self) -> int:
+        """Voluntary context switches of all the server's threads so far: each is a thread going to sleep to
+        wait (for a socket, a timer, a queue, a lock), so per push they count the hand-offs between threads
+        and the wake-ups; unlike CPU time they barely depend on how loaded the shared machine is."""
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+            except OSError:  # a thread that just ended
+                continue
+        return total
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -283,13 +306,19 @@ def _start(name: str, cmd: list[str], env: dict[str, str], port: int, topic: str
     return server
 
 
+def start_receiver(tmp: Path, name: str, operator_dir: Path) -> Server:
+    """A receiver running the `kct` package found in `operator_dir` (this checkout's, or a baseline's)."""
+    port, topic = _free_port(), f"bench-{name}"
+    cfg = tmp / f"{name}.json"  # JSON is YAML
+    cfg.write_text(json.dumps(_receiver_config(port, topic)))
+    env = dict(os.environ, KCT_BENCH_TOKEN=TOKEN, PYTHONPATH=str(operator_dir))
+    return _start(name, [sys.executable, "-m", "kct.cli", "receiver", "--config", str(cfg)], env, port, topic, tmp,
+                  "/readyz")
+
+
 def start_servers(tmp: Path, collector: Path) -> tuple[Server, Server]:
-    kct_port, col_port = _free_port(), _free_port()
-    cfg = tmp / "receiver.json"  # JSON is YAML
-    cfg.write_text(json.dumps(_receiver_config(kct_port, "bench-kct")))
-    env = dict(os.environ, KCT_BENCH_TOKEN=TOKEN, PYTHONPATH=str(REPO / "operator"))
-    kct = _start("kct", [sys.executable, "-m", "kct.cli", "receiver", "--config", str(cfg)], env, kct_port,
-                 "bench-kct", tmp, "/readyz")
+    kct = start_receiver(tmp, "kct", REPO / "operator")
+    col_port = _free_port()
     col_cfg = tmp / "collector.yaml"
     col_cfg.write_text(_collector_config(col_port, "bench-otelcol"))
     col = _start("otelcol", [str(collector), "--config", str(col_cfg)], dict(os.environ, GOMAXPROCS="1"),
@@ -343,12 +372,13 @@ def drive(loadgen: Path, server: Server, scenario: Scenario, body: Path, seconds
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     cpu0 = cpu1 = 0.0
+    sw0 = sw1 = 0
     last = ""
     for line in proc.stdout:
         if line.startswith("MEASURE"):
-            cpu0 = server.cpu_s()
+            cpu0, sw0 = server.cpu_s(), server.context_switches()
         elif line.startswith("DONE"):
-            cpu1 = server.cpu_s()
+            cpu1, sw1 = server.cpu_s(), server.context_switches()
         elif line.startswith("{"):
             last = line
     proc.wait()
@@ -358,6 +388,7 @@ def drive(loadgen: Path, server: Server, scenario: Scenario, body: Path, seconds
         raise SystemExit(f"load generator failed ({proc.returncode}) against {server.name}")
     figures: dict[str, Any] = json.loads(last)
     figures["cpu_s"] = cpu1 - cpu0
+    figures["switches"] = sw1 - sw0
     figures["rss_peak_mb"] = peak[0]
     return figures
 
@@ -371,6 +402,7 @@ def _add(tally: Tally, figures: dict[str, Any]) -> None:
     tally.rss_peak_mb = max(tally.rss_peak_mb, float(figures["rss_peak_mb"]))
     tally.errors += int(figures["errors"])
     tally.late += int(figures["late"])
+    tally.switches += int(figures["switches"])
     for status, n in figures["statuses"].items():
         tally.statuses[status] = tally.statuses.get(status, 0) + int(n)
 
@@ -385,58 +417,69 @@ def _row(scenario: Scenario, kct: Tally, col: Tally) -> str:
     latency = (f"{_median(kct.p50):.1f}/{_median(kct.p99):.1f} vs {_median(col.p50):.1f}/{_median(col.p99):.1f}")
     return (f"{scenario.name:22s} {kct.per_cpu_s():9,.0f} {col.per_cpu_s():10,.0f} {ratio:6.2f}   "
             f"{kct.ok / kct.seconds if kct.seconds else 0:7,.0f} {col.ok / col.seconds if col.seconds else 0:7,.0f}"
-            f"   {latency:26s} {kct.rss_peak_mb:6.0f} {col.rss_peak_mb:6.0f}")
+            f"   {latency:26s} {kct.rss_peak_mb:6.0f} {col.rss_peak_mb:6.0f}"
+            f"   {kct.switches_per_push():5.1f} {col.switches_per_push():5.1f}")
 
 
 def _load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def measure(args: argparse.Namespace, kct: Server, col: Server, loadgen: Path, tmp: Path) -> dict[str, Any]:
+def measure(args: argparse.Namespace, servers: list[Server], loadgen: Path, tmp: Path) -> dict[str, Any]:
     raw = build_push(100)
     bodies = {False: tmp / "push.pb", True: tmp / "push.pb.gz"}
     bodies[False].write_bytes(raw)
     bodies[True].write_bytes(gzip.compress(raw))
     print(f"push: {len(raw)} bytes protobuf ({len(gzip.compress(raw))} gzip), 100 data points; "
           f"{args.trials} interleaved trials x {args.seconds:.0f} s per scenario and server", flush=True)
-    tallies = {(s.name, srv.name): Tally() for s in args.scenarios for srv in (kct, col)}
-    before = {srv.name: records_in(srv.topic) for srv in (kct, col)}
-    answered = {kct.name: 0, col.name: 0}
+    tallies = {(s.name, srv.name): Tally() for s in args.scenarios for srv in servers}
+    before = {srv.name: records_in(srv.topic) for srv in servers}
+    answered = {srv.name: 0 for srv in servers}
     for trial in range(args.trials):
         for scenario in args.scenarios:
-            order = (kct, col) if (trial + args.scenarios.index(scenario)) % 2 == 0 else (col, kct)
-            for server in order:
+            shift = (trial + args.scenarios.index(scenario)) % len(servers)  # who goes first rotates
+            for server in servers[shift:] + servers[:shift]:
                 figures = drive(loadgen, server, scenario, bodies[scenario.gzip], args.seconds)
                 _add(tallies[(scenario.name, server.name)], figures)
                 answered[server.name] += int(figures["ok"]) + int(figures["warmup_ok"])
                 print(f"  trial {trial + 1} {scenario.name:22s} {server.name:8s} "
                       f"{figures['ok'] / figures['cpu_s'] if figures['cpu_s'] else 0:8,.0f} pushes/CPU-s  "
-                      f"p50 {figures['p50_ms']:.1f} ms  statuses {figures['statuses']}  "
+                      f"p50 {figures['p50_ms']:.1f} ms  "
+                      f"{figures['switches'] / figures['ok'] if figures['ok'] else 0:.1f} switches/push  "
+                      f"statuses {figures['statuses']}  "
                       f"load {_load_average()}", flush=True)
     time.sleep(1.0)
-    stored = {srv.name: records_in(srv.topic) - before[srv.name] for srv in (kct, col)}
+    stored = {srv.name: records_in(srv.topic) - before[srv.name] for srv in servers}
     return {"tallies": tallies, "answered": answered, "stored": stored}
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
+    """One table per receiver (this checkout's `kct`, and `base` with --baseline), each against the Collector."""
     tallies: dict[tuple[str, str], Tally] = result["tallies"]
     print(f"\nload average after the run: {_load_average()} ({os.cpu_count()} cores, shared)")
-    print(f"{'scenario':22s} {'kct/CPU-s':>9s} {'otelcol/CPU-s':>10s} {'ratio':>6s}   "
-          f"{'kct/s':>7s} {'otel/s':>7s}   {'p50/p99 ms kct vs otelcol':26s} {'RSS MB kct':>6s} {'otelcol':>6s}")
     summary: dict[str, Any] = {}
-    for scenario in args.scenarios:
-        kct, col = tallies[(scenario.name, "kct")], tallies[(scenario.name, "otelcol")]
-        print(_row(scenario, kct, col))
-        summary[scenario.name] = {
-            "kct_per_cpu_s": kct.per_cpu_s(), "otelcol_per_cpu_s": col.per_cpu_s(),
-            "ratio": kct.per_cpu_s() / col.per_cpu_s() if col.per_cpu_s() else 0.0,
-            "kct_p50_ms": _median(kct.p50), "otelcol_p50_ms": _median(col.p50),
-            "kct_p99_ms": _median(kct.p99), "otelcol_p99_ms": _median(col.p99),
-            "kct_rss_peak_mb": kct.rss_peak_mb, "otelcol_rss_peak_mb": col.rss_peak_mb,
-            "kct_statuses": kct.statuses, "otelcol_statuses": col.statuses,
-            "kct_late": kct.late, "otelcol_late": col.late,
-        }
-    for name in ("kct", "otelcol"):
+    receivers = [name for name in result["answered"] if name != "otelcol"]
+    for receiver in receivers:
+        print(f"\n{receiver}:")
+        print(f"{'scenario':22s} {'kct/CPU-s':>9s} {'otelcol/CPU-s':>10s} {'ratio':>6s}   "
+              f"{'kct/s':>7s} {'otel/s':>7s}   {'p50/p99 ms kct vs otelcol':26s} {'RSS MB kct':>6s} {'otelcol':>6s}"
+              f"   {'switches/push kct otelcol'}")
+        for scenario in args.scenarios:
+            kct, col = tallies[(scenario.name, receiver)], tallies[(scenario.name, "otelcol")]
+            print(_row(scenario, kct, col))
+            prefix = "" if receiver == "kct" else f"{receiver}:"
+            summary[prefix + scenario.name] = {
+                "kct_per_cpu_s": kct.per_cpu_s(), "otelcol_per_cpu_s": col.per_cpu_s(),
+                "ratio": kct.per_cpu_s() / col.per_cpu_s() if col.per_cpu_s() else 0.0,
+                "kct_p50_ms": _median(kct.p50), "otelcol_p50_ms": _median(col.p50),
+                "kct_p99_ms": _median(kct.p99), "otelcol_p99_ms": _median(col.p99),
+                "kct_rss_peak_mb": kct.rss_peak_mb, "otelcol_rss_peak_mb": col.rss_peak_mb,
+                "kct_statuses": kct.statuses, "otelcol_statuses": col.statuses,
+                "kct_late": kct.late, "otelcol_late": col.late,
+                "kct_switches_per_push": kct.switches_per_push(),
+                "otelcol_switches_per_push": col.switches_per_push(),
+            }
+    for name in result["answered"]:
         answered, stored = result["answered"][name], result["stored"][name]
         verdict = "match" if answered == stored else "MISMATCH"
         print(f"{name}: {answered} pushes answered 200, {stored} records in its topic: {verdict}")
@@ -452,6 +495,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--only", default="", help="comma-separated scenario names (prefix match)")
     parser.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="OPERATOR_DIR",
+                        help="also run the receiver of another checkout (its `operator` directory, e.g. from "
+                             "`git archive main operator`) as server `base`, interleaved with the others")
     args = parser.parse_args()
     if args.prepare:
         prepare()
@@ -466,11 +512,13 @@ def main() -> int:
                     controller_port=KAFKA_CONTROLLER_PORT)
     servers: list[Server] = []
     try:
-        create_topics(["bench-kct", "bench-otelcol"])
+        create_topics(["bench-kct", "bench-otelcol", "bench-base"])
         with tempfile.TemporaryDirectory(prefix="kct-bench-") as tmp:
             kct, col = start_servers(Path(tmp), collector)
             servers = [kct, col]
-            result = measure(args, kct, col, loadgen, Path(tmp))
+            if args.baseline is not None:
+                servers.append(start_receiver(Path(tmp), "base", args.baseline.resolve()))
+            result = measure(args, servers, loadgen, Path(tmp))
             summary = report(args, result)
             for server in servers:
                 server.stop()

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["register", "run"]
+__all__ = ["GC_GEN0_THRESHOLD", "register", "run", "tune_gc"]
+
+# Python's default is 700. Under load every push in flight holds a few dozen container objects (coroutines,
+# futures, headers, the task), so at 700 the young collection ran every ~10-20 pushes and promoted in-flight
+# objects to the older generations; the cyclic GC was ~14 % of the receiver's CPU at 1,024 connections
+# (perf). Almost all of a push's objects are freed by reference counting: a larger young generation means
+# fewer collections, each finding most of it already gone.
+GC_GEN0_THRESHOLD = 10_000
 
 
 def register(subparsers: Any) -> None:
@@ -57,9 +65,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"kct receiver: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
     server = ReceiverServer(config, sink, token=token)
+    tune_gc()
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(server.run_until_signalled())
     return 0
+
+
+def tune_gc() -> None:
+    """Before serving: everything loaded so far (modules, descriptors, the configuration: long-lived) moves to
+    the GC's permanent generation (`gc.freeze`), so full collections no longer traverse it, and the young
+    generation grows to GC_GEN0_THRESHOLD. Reference cycles are still collected, only less often."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from kct.receiver.config import RateLimitConfig
@@ -81,3 +83,19 @@ def test_pushes_without_interval_are_not_limited_unless_a_default_is_set() -> No
     limiter.acquire("c1", None, False, 0.0)
     with pytest.raises(TooManyRequests):
         limiter.acquire("c1", None, False, 1_000.0)
+
+
+def test_tracked_states_are_not_left_to_the_garbage_collector() -> None:
+    """Given 10,000 client instances tracked by the limiter, after one collection their states are not
+    among the objects the cyclic GC traverses (plain tuples of numbers are untracked), so a full state
+    costs every later full collection nothing; and the limiter still refuses an early push from them."""
+    limiter = _limiter()
+    gc.collect()
+    tracked_before = len(gc.get_objects())
+    for n in range(10_000):
+        limiter.acquire(f"instance-{n}", 10_000, False, 0.0)
+    gc.collect()
+    assert len(limiter) == 10_000
+    assert len(gc.get_objects()) - tracked_before < 100
+    with pytest.raises(TooManyRequests):
+        limiter.acquire("instance-42", 10_000, False, 1_000.0)
