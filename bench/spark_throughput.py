@@ -15,8 +15,9 @@ partitions' series, like KIP-714's sizing example) and, in one local[2] SparkSes
             groupBy(window, series) with min/max/avg/count -> Parquet: what Spark itself does on this machine
   ratio     batch (and stream) points/s divided by bare points/s, measured in this run
 
-With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points)
-and `aggregate` (cached points -> client_metrics, noop sink). Each line prints seconds, records/s and data
+With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points),
+`aggregate` (cached points -> client_metrics, noop sink), `rollups` (cached client_metrics -> rollups, noop
+sink) and `write` (cached client_metrics -> Parquet). Each line prints seconds, records/s and data
 points/s. `--source KEY=VALUE` adds keys to the job's `source:` config (e.g. to replay an older checkout's
 options). The figures are for this 2-core machine shared with other work: compare runs made in the same
 conditions, not absolute values.
@@ -78,9 +79,14 @@ _JVM_CPU: list[Any] = []
 
 
 def jvm_cpu_seconds() -> float | None:
+    """User + system CPU-seconds of the JVM so far (/proc/<pid>/stat; None where there is no /proc)."""
     if not _JVM_CPU:
         return None
-    return float(_JVM_CPU[0].getProcessCpuTime()) / S
+    try:
+        fields = Path(f"/proc/{_JVM_CPU[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def line(label: str, took: float, records: int, points: int, note: str = "", cpu: float | None = None) -> None:
@@ -174,7 +180,7 @@ def main() -> int:
         t0 = time.perf_counter()
         spark = build_session(cfg)
         spark.sparkContext.setLogLevel("ERROR")
-        _JVM_CPU.append(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getOperatingSystemMXBean())
+        _JVM_CPU.append(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()))
         print(f"JVM and SparkSession started in {time.perf_counter() - t0:.1f}s", flush=True)
         plan = decode_records(read_records(spark, cfg, streaming=False), cfg)._jdf.queryExecution().executedPlan()
         text = plan.toString()
@@ -219,7 +225,7 @@ def main() -> int:
         if args.stages:
             from pyspark.sql import functions as F
 
-            from kct.aggregation.transforms import aggregate_client_metrics
+            from kct.aggregation.transforms import aggregate_client_metrics, rollups
 
             took, _ = timed(lambda: read_records(spark, cfg, streaming=False).count())
             line("read", took, records, points, cpu=_LAST_CPU[0])
@@ -228,6 +234,13 @@ def main() -> int:
             took, _ = timed(lambda: aggregate_client_metrics(decoded)
                             .write.format("noop").mode("overwrite").save())
             line("aggregate", took, records, points, cpu=_LAST_CPU[0])
+            metrics = aggregate_client_metrics(decoded).persist()
+            metrics.count()
+            took, _ = timed(lambda: rollups(metrics).write.format("noop").mode("overwrite").save())
+            line("rollups", took, records, points, "(from cached client_metrics)", _LAST_CPU[0])
+            took, _ = timed(lambda: metrics.write.mode("overwrite").parquet(str(work / "stage-cm")))
+            line("write", took, records, points, "(cached client_metrics -> Parquet)", _LAST_CPU[0])
+            metrics.unpersist()
         raw.unpersist()
         decoded.unpersist()
 
