@@ -320,11 +320,10 @@ def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | 
     keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key", "_bk")
     dim_columns = list(dict.fromkeys(c for cols in dims.values() for c in cols))
     source = _with_bounds_key(client_metrics)
-    sets = [[*keys, *cols] for cols in dims.values()]
-    # Numbers only (no array, map or collect_list in the buffers): a plain hash aggregation, generated code.
-    grouped = source.groupingSets(sets, *keys, *dim_columns).agg(
-        F.grouping_id().alias("_gid"),
+    grouped = source.groupingSets([[*keys, *cols] for cols in dims.values()], *keys, *dim_columns).agg(
         *(F.grouping(c).alias(f"_g_{c}") for c in dim_columns),
+        F.first("explicit_bounds").alias("explicit_bounds"),
+        F.first("attributes").alias("attributes"),
         F.count(F.lit(1)).alias("instances"),
         F.sum("points").alias("points"),
         F.sum("value_last").alias("value_last_sum"),
@@ -336,17 +335,8 @@ def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | 
         F.sum("resets").alias("resets"),
         F.sum("count").alias("count"),
         F.sum("sum").alias("sum"),
+        _sum_arrays("bucket_counts").alias("bucket_counts"),
     )
-    # Histogram buckets, over the histogram rows alone, and the attributes and bucket bounds, once per
-    # series key (what attributes_key and the bounds key stand for), joined back.
-    all_keys = [*keys, *dim_columns, "_gid"]
-    buckets = source.where(F.col("type") == "histogram").groupingSets(sets, *keys, *dim_columns).agg(
-        F.grouping_id().alias("_gid"), _sum_arrays("bucket_counts").alias("bucket_counts"))
-    described_keys = ["metric", "attributes_key", "_bk"]
-    described = source.groupBy(*described_keys).agg(
-        F.first("explicit_bounds").alias("explicit_bounds"), F.first("attributes").alias("attributes"))
-    grouped = _join_null_safe(grouped, buckets, all_keys)
-    grouped = _join_null_safe(grouped, described, described_keys)
     # Which grouping set a row belongs to: the dimension whose columns are all grouped on in it.
     name = F.lit(None).cast("string")
     value = F.lit(None).cast("string")
