@@ -15,8 +15,9 @@ partitions' series, like KIP-714's sizing example) and, in one local[2] SparkSes
             groupBy(window, series) with min/max/avg/count -> Parquet: what Spark itself does on this machine
   ratio     batch (and stream) points/s divided by bare points/s, measured in this run
 
-With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points)
-and `aggregate` (cached points -> client_metrics, noop sink). Each line prints seconds, records/s and data
+With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points),
+`aggregate` (cached points -> client_metrics, noop sink), `rollups` (cached client_metrics -> rollups, noop
+sink) and `write` (cached client_metrics -> Parquet). Each line prints seconds, records/s and data
 points/s. `--source KEY=VALUE` adds keys to the job's `source:` config (e.g. to replay an older checkout's
 options). The figures are for this 2-core machine shared with other work: compare runs made in the same
 conditions, not absolute values.
@@ -72,15 +73,40 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
         future.result(30)
 
 
-def line(label: str, took: float, records: int, points: int, note: str = "") -> None:
+# CPU time of the Spark JVM (driver and local executors), read around each timed step: on a machine shared
+# with other work the wall time varies with the load, the CPU-seconds the job itself spends much less.
+_JVM_CPU: list[Any] = []
+
+
+def jvm_cpu_seconds() -> float | None:
+    """User + system CPU-seconds of the JVM so far (/proc/<pid>/stat; None where there is no /proc)."""
+    if not _JVM_CPU:
+        return None
+    try:
+        fields = Path(f"/proc/{_JVM_CPU[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def line(label: str, took: float, records: int, points: int, note: str = "", cpu: float | None = None) -> None:
+    cpu_text = "" if cpu is None else f"  {cpu:7.1f} JVM CPU-s ({points / cpu:10,.0f} points/CPU-s)"
     print(f"  {label:<10} {took:8.2f} s  {records / took:10,.0f} records/s  {points / took:12,.0f} points/s"
-          + (f"  {note}" if note else ""), flush=True)
+          + cpu_text + (f"  {note}" if note else ""), flush=True)
+
+
+_LAST_CPU: list[float | None] = [None]
 
 
 def timed(fn: Any) -> tuple[float, Any]:
+    """Wall seconds of `fn()` and its result; its JVM CPU-seconds are left in `_LAST_CPU[0]`."""
+    cpu0 = jvm_cpu_seconds()
     started = time.perf_counter()
     out = fn()
-    return time.perf_counter() - started, out
+    took = time.perf_counter() - started
+    cpu1 = jvm_cpu_seconds()
+    _LAST_CPU[0] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+    return took, out
 
 
 def job_config(args: argparse.Namespace, topic: str, work: Path, extra_source: dict[str, str]) -> Any:
@@ -154,6 +180,7 @@ def main() -> int:
         t0 = time.perf_counter()
         spark = build_session(cfg)
         spark.sparkContext.setLogLevel("ERROR")
+        _JVM_CPU.append(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()))
         print(f"JVM and SparkSession started in {time.perf_counter() - t0:.1f}s", flush=True)
         plan = decode_records(read_records(spark, cfg, streaming=False), cfg)._jdf.queryExecution().executedPlan()
         text = plan.toString()
@@ -164,13 +191,14 @@ def main() -> int:
         took, counts = timed(lambda: run_batch(spark, demo_cfg))
         demo_points = int(counts["points"])
         print(f"\n{records} pushes; demo-sized: {demo_records} pushes, {demo_points} points\n", flush=True)
-        line("demo", took, demo_records, demo_points, "(run_batch, first job after JVM start)")
+        line("demo", took, demo_records, demo_points, "(run_batch, first job after JVM start)", _LAST_CPU[0])
         figures["demo_seconds"] = round(took, 2)
 
         took, counts = timed(lambda: run_batch(spark, cfg))
         points = int(counts["points"])
-        line("batch", took, records, points)
+        line("batch", took, records, points, cpu=_LAST_CPU[0])
         figures["batch_points_s"] = round(points / took)
+        figures["batch_cpu_s"] = _LAST_CPU[0] and round(_LAST_CPU[0], 1)
 
         if not args.no_stream:
             stream_cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"mode": "stream"}),
@@ -181,36 +209,52 @@ def main() -> int:
                     query.awaitTermination()
 
             took, _ = timed(stream)
-            line("stream", took, records, points)
+            line("stream", took, records, points, cpu=_LAST_CPU[0])
             figures["stream_points_s"] = round(points / took)
+            figures["stream_cpu_s"] = _LAST_CPU[0] and round(_LAST_CPU[0], 1)
 
         raw = read_records(spark, cfg, streaming=False).persist()
         raw.count()
         decoded = decode_records(raw, cfg).persist()
         decoded.count()
         bare_took, bare_points = bare_groupby(spark, decoded, work, cfg.window.size_seconds)
-        line("bare", bare_took, records, bare_points, "(Parquet points -> groupBy(window, series) -> Parquet)")
+        line("bare", bare_took, records, bare_points, "(Parquet points -> groupBy(window, series) -> Parquet)",
+             _LAST_CPU[0])
         figures["bare_points_s"] = round(bare_points / bare_took)
+        figures["bare_cpu_s"] = _LAST_CPU[0] and round(_LAST_CPU[0], 1)
         if args.stages:
             from pyspark.sql import functions as F
 
-            from kct.aggregation.transforms import aggregate_client_metrics
+            from kct.aggregation.transforms import aggregate_client_metrics, rollups
 
             took, _ = timed(lambda: read_records(spark, cfg, streaming=False).count())
-            line("read", took, records, points)
+            line("read", took, records, points, cpu=_LAST_CPU[0])
             took, _ = timed(lambda: decode_records(raw, cfg).where(F.col("value").isNotNull()).count())
-            line("decode", took, records, points)
+            line("decode", took, records, points, cpu=_LAST_CPU[0])
             took, _ = timed(lambda: aggregate_client_metrics(decoded)
                             .write.format("noop").mode("overwrite").save())
-            line("aggregate", took, records, points)
+            line("aggregate", took, records, points, cpu=_LAST_CPU[0])
+            metrics = aggregate_client_metrics(decoded).persist()
+            metrics.count()
+            took, _ = timed(lambda: rollups(metrics).write.format("noop").mode("overwrite").save())
+            line("rollups", took, records, points, "(from cached client_metrics)", _LAST_CPU[0])
+            took, _ = timed(lambda: metrics.write.mode("overwrite").parquet(str(work / "stage-cm")))
+            line("write", took, records, points, "(cached client_metrics -> Parquet)", _LAST_CPU[0])
+            metrics.unpersist()
         raw.unpersist()
         decoded.unpersist()
 
         figures["ratio_batch"] = round(figures["batch_points_s"] / figures["bare_points_s"], 3)
         print(f"\n  ratio      batch / bare = {figures['ratio_batch']:.3f}", flush=True)
+        if figures.get("batch_cpu_s") and figures.get("bare_cpu_s"):
+            figures["cpu_ratio_batch"] = round(figures["bare_cpu_s"] / figures["batch_cpu_s"], 3)
+            print(f"  ratio      bare / batch JVM CPU-s = {figures['cpu_ratio_batch']:.3f}", flush=True)
         if "stream_points_s" in figures:
             figures["ratio_stream"] = round(figures["stream_points_s"] / figures["bare_points_s"], 3)
             print(f"  ratio      stream / bare = {figures['ratio_stream']:.3f}", flush=True)
+            if figures.get("stream_cpu_s") and figures.get("bare_cpu_s"):
+                figures["cpu_ratio_stream"] = round(figures["bare_cpu_s"] / figures["stream_cpu_s"], 3)
+                print(f"  ratio      bare / stream JVM CPU-s = {figures['cpu_ratio_stream']:.3f}", flush=True)
         figures.update(spark=spark.version, kafka_source=source, decoder=decoder, points=points, pushes=records)
         spark.stop()
     finally:

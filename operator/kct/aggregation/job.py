@@ -345,6 +345,9 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, 
             step = advance(store.load(batch_id), points, window_seconds=cfg.window.size_seconds,
                            watermark_seconds=cfg.window.watermark_seconds,
                            lookback_windows=cfg.window.counter_lookback_windows)
+            # The finalized points sorted per series feed both client_metrics and the state's last points.
+            if step.sorted_points is not None:
+                step.sorted_points.persist()
             if step.late_points:
                 print(f"kct aggregate: batch {batch_id}: {step.late_points} late points dropped "
                       "(their window was final)", file=sys.stderr, flush=True)
@@ -357,6 +360,8 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, 
                     metrics.unpersist()
             store.save(batch_id, step.state)
             store.forget_outputs_before(batch_id)
+            if step.sorted_points is not None:
+                step.sorted_points.unpersist()
         finally:
             points.unpersist()
 

@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kct.aggregation.transforms import aggregate_client_metrics, last_points
+from kct.aggregation.transforms import client_metrics_and_last, sorted_points_of
 
 __all__ = ["Advance", "StateStore", "StreamState", "advance"]
 
@@ -46,11 +46,14 @@ class StreamState:
 @dataclass(frozen=True)
 class Advance:
     """One micro-batch's result: the client_metrics rows of the windows it finalized (None: none), the
-    points that arrived too late (their window was final already), and the state for the next batch."""
+    points that arrived too late (their window was final already), and the state for the next batch.
+    `finalized` and `state.last` both derive from `sorted_points` (the finalized points sorted per series):
+    persist it before computing them to sort once."""
 
     finalized: DataFrame | None
     late_points: int
     state: StreamState
+    sorted_points: DataFrame | None = None
 
 
 def advance(state: StreamState, points: DataFrame, *, window_seconds: int, watermark_seconds: int,
@@ -78,16 +81,20 @@ def advance(state: StreamState, points: DataFrame, *, window_seconds: int, water
     everything = on_time if state.pending is None else state.pending.unionByName(on_time)
     final = F.col("time_unix_nano") < F.lit(final_before * _NS)
     final_points = everything.where(final)
+    # One sort of the finalized points per series gives both the windows' rows and each series' last point.
+    sorted_points = sorted_points_of(final_points, window_seconds=size, lookback_windows=lookback_windows,
+                                     previous=state.last)
+    metrics, last = client_metrics_and_last(final_points, window_seconds=size, lookback_windows=lookback_windows,
+                                            previous=state.last, sorted_points=sorted_points)
     finalized = None
     if state.final_before_s is None or final_before > state.final_before_s:
-        finalized = aggregate_client_metrics(final_points, window_seconds=size, lookback_windows=lookback_windows,
-                                             previous=state.last)
+        finalized = metrics
     # A series' last point older than this can never be the previous point of a window still to come.
     horizon_ns = (final_before - int(lookback_windows) * size) * _NS
-    last = last_points(final_points, state.last).where(F.col("time_unix_nano") >= F.lit(horizon_ns))
+    last = last.where(F.col("time_unix_nano") >= F.lit(horizon_ns))
     next_state = StreamState(pending=everything.where(~final), last=last, max_time_ns=max_time,
                              final_before_s=final_before)
-    return Advance(finalized, late, next_state)
+    return Advance(finalized, late, next_state, sorted_points)
 
 
 class StateStore:

@@ -11,10 +11,11 @@
 of the windows a micro-batch finalizes, plus each series' last point from earlier micro-batches.
 
 Counter deltas need the previous point of a series, which may sit in an earlier window (or an earlier
-micro-batch). Two levels: one aggregation per (window, series) adds up the increments between the window's
-own consecutive points; then a `lag` over those per-window rows pairs each window's first point with the
-series' previous point (the last point of an earlier window at most `lookback` windows back, or the
-stream's state):
+micro-batch). The points are sorted once per series (a window function partitioned by series): a `lag`
+pairs each cumulative point with the series' previous point (in the same window, an earlier one at most
+`lookback` windows back, or the stream's state), and one aggregation per (window, series) adds the
+increments up with the other measures; the same sort marks each window's last point (`lead`), so the
+aggregation takes the labels and the last value from that one row instead of comparing times:
 
     increment(prev, cur) = cur.value              if cur.value < prev.value or cur.start != prev.start
                                                   (counter reset: it restarted from 0 at cur.start)
@@ -48,9 +49,10 @@ __all__ = [
     "ROLLUP_DIMENSIONS",
     "aggregate_client_metrics",
     "alerts",
+    "client_metrics_and_last",
     "hourly",
-    "last_points",
     "rollups",
+    "sorted_points_of",
     "terminations",
 ]
 
@@ -122,61 +124,99 @@ def _cumulative() -> Column:
 
 _POINT = ("named_struct('t', time_unix_nano, 's', start_time_unix_nano, 'v', value, 'c', count, 'h', sum, "
           "'b', bucket_counts)")
-# Within one window's sorted cumulative points `_seq`: is pair (i - 1, i) a reset (the level dropped or
-# the start time changed), and what point i adds over point i - 1.
-_PAIR_RESET = ("(IF(type = 'histogram', _seq[i].c < _seq[i - 1].c, _seq[i].v < _seq[i - 1].v) "
-               "OR _seq[i].s != _seq[i - 1].s)")
-_IN_WINDOW_SUM = (
-    "aggregate(filter(sequence(0, size(_seq) - 1), i -> i > 0), named_struct('v', 0D, 'r', 0), "
-    f"(acc, i) -> IF(monotonic AND {_PAIR_RESET}, named_struct('v', acc.v + _seq[i].v, 'r', acc.r + 1), "
-    "named_struct('v', acc.v + _seq[i].v - _seq[i - 1].v, 'r', acc.r)))"
-)
-_IN_WINDOW_HISTOGRAM = (
-    "aggregate(filter(sequence(0, size(_seq) - 1), i -> i > 0), "
-    "named_struct('c', 0L, 'h', 0D, 'b', array_repeat(0L, size(_seq[0].b)), 'r', 0), "
-    f"(acc, i) -> IF({_PAIR_RESET}, "
-    "named_struct('c', acc.c + _seq[i].c, 'h', acc.h + coalesce(_seq[i].h, 0D), "
-    "'b', zip_with(acc.b, _seq[i].b, (x, y) -> x + y), 'r', acc.r + 1), "
-    "named_struct('c', acc.c + _seq[i].c - _seq[i - 1].c, "
-    "'h', acc.h + coalesce(_seq[i].h, 0D) - coalesce(_seq[i - 1].h, 0D), "
-    "'b', zip_with(acc.b, zip_with(_seq[i].b, _seq[i - 1].b, (x, y) -> x - y), (x, y) -> x + y), 'r', acc.r)))"
-)
+# Point order within a series: by time, ties broken by the rest of the point (what the increments pair up).
+_POINT_ORDER: tuple[str, ...] = ("time_unix_nano", "start_time_unix_nano", "value", "count", "sum")
 
 
-def _with_first_increment(level1: DataFrame, previous: DataFrame | None, size: int, lookback: int) -> DataFrame:
-    """Level 2: each cumulative series' window row gets what its first point adds over the series' previous
-    point, the last point of its previous window row (`lag` over the per-window rows, sorted by series and
-    window) or, for a series' first window here, its last point in `previous` (the state a stream keeps
-    across micro-batches, LAST_POINT_COLUMNS). That point counts only when it lies at most `lookback`
-    windows before the window; otherwise the first point is the first seen: its whole value counts when
-    its start time is recent (a new client), nothing when older (a long-running client seen late)."""
-    rows = level1.withColumn("_seed", F.lit(False))
+def _with_increments(points: DataFrame, previous: DataFrame | None, size: int, lookback: int) -> DataFrame:
+    """Every point sorted within its series (one window function, partitioned by series, ordered by window
+    and time), with what it adds over the series' previous point (`_prev`, a `lag`; for a series' first
+    point here, its last point in `previous`, the state a stream keeps across micro-batches) and whether it
+    is its window's last point (`_is_last`, a `lead`) or its series' newest (`_is_newest`).
+
+    The previous point counts only when it lies at most `lookback` windows before the point's window (a
+    point of the same window always does); otherwise the point is the first seen: its whole value counts
+    when its start time is recent (a new client), nothing when older (a long-running client seen late).
+    A reset (the level dropped or the start time changed) of a monotonic series counts the whole value.
+    Increments are null for points that are not cumulative sums or histograms. `previous` rows
+    (LAST_POINT_COLUMNS) come out with `_seed` true: they are not points of these windows.
+    """
+    rows = points.withColumn("_seed", F.lit(False))
     if previous is not None:
-        seeds = _with_bounds_key(previous).select(
-            _ws_expr(size).alias("_ws"), *_GROUP_KEYS, F.expr(_POINT).alias("_last"), F.lit(True).alias("_seed"))
-        rows = rows.unionByName(seeds, allowMissingColumns=True)
-    series = Window.partitionBy(*_GROUP_KEYS).orderBy("_ws")
-    rows = rows.withColumn("_prev", F.lag("_last").over(series)).where(~F.col("_seed")).drop("_seed")
+        seeds = _with_bounds_key(previous.select(*LAST_POINT_COLUMNS)).withColumn("_ws", _ws_expr(size))
+        rows = rows.unionByName(seeds.withColumn("_seed", F.lit(True)), allowMissingColumns=True)
+    series = Window.partitionBy(*_GROUP_KEYS).orderBy("_ws", *_POINT_ORDER)
+    rows = (
+        rows.withColumn("_prev", F.lag(F.expr(_POINT)).over(series))
+        .withColumn("_next_ws", F.lead("_ws", 1, -1).over(series))
+        .withColumn("_is_last", F.col("_next_ws") != F.col("_ws"))
+        .withColumn("_is_newest", F.col("_next_ws") == F.lit(-1))
+    )
     horizon_ns = f"((_ws - {lookback * size}) * 1000000000L)"
     usable = f"(_prev IS NOT NULL AND _prev.t >= {horizon_ns})"
-    fresh = f"(_first.s > 0 AND _first.s >= {horizon_ns})"
+    fresh = f"(start_time_unix_nano > 0 AND start_time_unix_nano >= {horizon_ns})"
     monotonic = "(type = 'histogram' OR monotonic)"
-    dropped = "IF(type = 'histogram', _first.c < _prev.c, _first.v < _prev.v)"
-    reset = f"({usable} AND ({dropped} OR _first.s != _prev.s))"
+    dropped = "IF(type = 'histogram', count < _prev.c, value < _prev.v)"
+    reset = f"({usable} AND ({dropped} OR start_time_unix_nano != _prev.s))"
     whole = f"((NOT {usable} AND {fresh} AND {monotonic}) OR ({reset} AND {monotonic}))"
+    cumulative = "(temporality = 'cumulative' AND type IN ('sum', 'histogram'))"
     return (
         rows.withColumn("_whole", F.expr(whole)).withColumn("_usable", F.expr(usable))
-        .withColumn("_reset0", F.expr(f"IF({reset} AND {monotonic}, 1, 0)"))
-        .withColumn("_first_inc", F.expr(
-            "named_struct("
-            "'v', CASE WHEN _whole THEN _first.v WHEN _usable THEN _first.v - _prev.v ELSE 0D END, "
-            "'c', CASE WHEN _whole THEN _first.c WHEN _usable THEN _first.c - _prev.c ELSE 0L END, "
-            "'h', CASE WHEN _whole THEN coalesce(_first.h, 0D) "
-            "WHEN _usable THEN coalesce(_first.h, 0D) - coalesce(_prev.h, 0D) ELSE 0D END, "
-            "'b', CASE WHEN type != 'histogram' THEN NULL WHEN _whole THEN _first.b "
-            "WHEN _usable THEN zip_with(_first.b, _prev.b, (x, y) -> x - y) "
-            "ELSE array_repeat(0L, size(_first.b)) END)"))
+        .withColumn("_cum", F.expr(cumulative))
+        .withColumn("_inc_r", F.expr(f"IF(_cum, IF({reset} AND {monotonic}, 1, 0), NULL)"))
+        .withColumn("_inc_v", F.expr(
+            "IF(_cum, CASE WHEN _whole THEN value WHEN _usable THEN value - _prev.v ELSE 0D END, NULL)"))
+        .withColumn("_inc_c", F.expr(
+            "IF(_cum, CASE WHEN _whole THEN count WHEN _usable THEN count - _prev.c ELSE 0L END, NULL)"))
+        .withColumn("_inc_h", F.expr(
+            "IF(_cum, CASE WHEN _whole THEN coalesce(sum, 0D) "
+            "WHEN _usable THEN coalesce(sum, 0D) - coalesce(_prev.h, 0D) ELSE 0D END, NULL)"))
+        .withColumn("_inc_b", F.expr(
+            "CASE WHEN NOT _cum OR type != 'histogram' THEN NULL WHEN _whole THEN bucket_counts "
+            "WHEN _usable THEN zip_with(bucket_counts, _prev.b, (x, y) -> x - y) "
+            "ELSE array_repeat(0L, size(bucket_counts)) END"))
+        .drop("_whole", "_usable", "_next_ws", "_prev")
     )
+
+
+_DESCRIBED: tuple[str, ...] = (*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds")
+
+
+def _level1(incremented: DataFrame) -> DataFrame:
+    """One row per (window, series) from the sorted points of `_with_increments`: counts, min/max/avg, the
+    window's last point (the one row `_is_last` marks, so `first(..., ignorenulls)` picks it without
+    comparing times), and the increments added up. Histogram buckets, the only arrays to add up, are
+    summed in an aggregation of their own over the histogram points alone, so the aggregation of every
+    other point holds no array and needs no `collect_list`."""
+    last = F.col("_is_last")
+
+    def at_last(col: str | Column) -> Column:
+        return F.first(F.when(last, F.col(col) if isinstance(col, str) else col), ignorenulls=True)
+
+    keys = (*_GROUP_KEYS, "_ws")
+    points = incremented.where(~F.col("_seed"))
+    numbers = points.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("points"),
+        at_last(F.struct(*_DESCRIBED)).alias("_d"),
+        F.max("time").alias("last_time"),
+        at_last("value").alias("value_last"),
+        F.min("value").alias("value_min"),
+        F.max("value").alias("value_max"),
+        F.avg("value").alias("value_avg"),
+        F.sum("value").alias("_value_sum"),
+        F.sum("count").alias("_count_sum"),
+        F.sum("sum").alias("_sum_sum"),
+        at_last("count").alias("_count_last"),
+        at_last("sum").alias("_sum_last"),
+        F.sum("_inc_v").alias("_inc_v"),
+        F.sum("_inc_c").alias("_inc_c"),
+        F.sum("_inc_h").alias("_inc_h"),
+        F.sum("_inc_r").alias("_inc_r"),
+    )
+    buckets = points.where(F.col("type") == "histogram").groupBy(*keys).agg(
+        _sum_arrays(F.when(F.col("_cum"), F.col("_inc_b")).otherwise(F.col("bucket_counts"))).alias("_buckets"))
+    # Null-safe: temporality, monotonicity and bounds are null for some types.
+    return _join_null_safe(numbers, buckets, keys)
 
 
 def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, lookback_windows: int = 5,
@@ -184,43 +224,37 @@ def aggregate_client_metrics(points: DataFrame, *, window_seconds: int = 60, loo
     """Data points -> one row per (window, client instance, metric, data-point attributes), every window
     the points touch (a stream passes only the points of windows it finalizes, see `kct.aggregation.stream`).
 
-    Two levels, no point copied into other windows. Level 1, one aggregation per (window, series):
-    last/min/max/avg, sums, and for cumulative series the window's points (time, start, value, count,
-    sum, buckets; a handful per window) whose consecutive increments are added up in the window. Level 2,
-    on that much smaller table: each window's first point against the series' previous point
-    (`_with_first_increment`). `previous` holds the series' last points from before these
-    (LAST_POINT_COLUMNS), so deltas stay exact across micro-batches.
+    No point is copied into other windows: the points are sorted once per series, each cumulative point
+    gets its increment over the series' previous point (`_with_increments`: a `lag`, the previous point
+    possibly in an earlier window or in `previous`, the series' last points from before these,
+    LAST_POINT_COLUMNS), then one aggregation per (window, series) adds them up with the other measures.
     """
+    return client_metrics_and_last(points, window_seconds=window_seconds, lookback_windows=lookback_windows,
+                                   previous=previous)[0]
+
+
+def client_metrics_and_last(points: DataFrame, *, window_seconds: int = 60, lookback_windows: int = 5,
+                            previous: DataFrame | None = None,
+                            sorted_points: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
+    """`aggregate_client_metrics` and `last_points(points, previous)` from one sort of the points: the
+    series' newest row of `_with_increments` (a point, or the `previous` row of a series without points
+    here) is its last point. `sorted_points`: `sorted_points_of(...)` already computed (and persisted)."""
     size, lookback = int(window_seconds), int(lookback_windows)
-    df = _with_bounds_key(points).withColumn("_ws", _ws_expr(size))
-    at = F.col("time_unix_nano")
-    described = F.struct(*LABEL_COLUMNS, "unit", "attributes", "resource_attributes", "explicit_bounds")
-    aggs: list[Column] = [
-        F.count(F.lit(1)).alias("points"),
-        F.max_by(described, at).alias("_d"),
-        F.max("time").alias("last_time"),
-        F.max_by("value", at).alias("value_last"),
-        F.min("value").alias("value_min"),
-        F.max("value").alias("value_max"),
-        F.avg("value").alias("value_avg"),
-        F.sum("value").alias("_value_sum"),
-        F.sum("count").alias("_count_sum"),
-        F.sum("sum").alias("_sum_sum"),
-        F.max_by("count", at).alias("_count_last"),
-        F.max_by("sum", at).alias("_sum_last"),
-        F.collect_list(F.when(_cumulative(), F.expr(_POINT))).alias("_pts"),
-        _sum_arrays(F.when(~_cumulative(), F.col("bucket_counts"))).alias("_buckets"),
-    ]
-    level1 = (
-        df.groupBy("_ws", *_GROUP_KEYS).agg(*aggs)
-        .withColumn("_seq", F.expr("IF(size(_pts) = 0, NULL, array_sort(_pts))"))
-        .withColumn("_first", F.expr("_seq[0]"))
-        .withColumn("_last", F.expr("element_at(_seq, -1)"))
-        .withColumn("_in_sum", F.expr(f"IF(_seq IS NULL OR type != 'sum', NULL, {_IN_WINDOW_SUM})"))
-        .withColumn("_in_hist", F.expr(f"IF(_seq IS NULL OR type != 'histogram', NULL, {_IN_WINDOW_HISTOGRAM})"))
-        .drop("_pts", "_seq")
-    )
-    return _finish(_with_first_increment(level1, previous, size, lookback), size)
+    incremented = sorted_points if sorted_points is not None else _with_increments(
+        _with_bounds_key(points).withColumn("_ws", _ws_expr(size)), previous, size, lookback)
+    metrics = _finish(_level1(incremented), size)
+    newest = incremented.where(F.col("_is_newest") & F.expr("temporality = 'cumulative' AND type IN "
+                                                              "('sum', 'histogram')"))
+    return metrics, newest.select(*LAST_POINT_COLUMNS)
+
+
+def sorted_points_of(points: DataFrame, *, window_seconds: int = 60, lookback_windows: int = 5,
+                     previous: DataFrame | None = None) -> DataFrame:
+    """The points sorted per series with their increments (what `client_metrics_and_last` derives both of its
+    results from): persist it to compute that sort once."""
+    size = int(window_seconds)
+    return _with_increments(_with_bounds_key(points).withColumn("_ws", _ws_expr(size)), previous, size,
+                            int(lookback_windows))
 
 
 def _finish(agg: DataFrame, size: int) -> DataFrame:
@@ -230,15 +264,14 @@ def _finish(agg: DataFrame, size: int) -> DataFrame:
     last_snapshot = is_cum | (F.col("type") == "summary")
     # Cumulative series: the first point's increment (level 2) plus the window's own (level 1).
     cum = is_cum & (is_sum | is_hist)
-    delta = F.when(is_sum & is_cum, F.expr("_first_inc.v + _in_sum.v")).when(is_sum, F.col("_value_sum"))
-    resets = F.when(cum, F.expr("_reset0 + coalesce(_in_sum.r, _in_hist.r)")).when(is_sum | is_hist, F.lit(0))
-    count = F.when(is_hist & is_cum, F.expr("_first_inc.c + _in_hist.c")).when(is_hist, F.col("_count_sum")).when(
+    delta = F.when(is_sum & is_cum, F.col("_inc_v")).when(is_sum, F.col("_value_sum"))
+    resets = F.when(cum, F.col("_inc_r")).when(is_sum | is_hist, F.lit(0))
+    count = F.when(is_hist & is_cum, F.col("_inc_c")).when(is_hist, F.col("_count_sum")).when(
         snapshot, F.when(last_snapshot, F.col("_count_last")).otherwise(F.col("_count_sum")))
-    total = F.when(is_hist & is_cum, F.expr("_first_inc.h + _in_hist.h")).when(
+    total = F.when(is_hist & is_cum, F.col("_inc_h")).when(
         is_hist, F.coalesce(F.col("_sum_sum"), F.lit(0.0))).when(
         snapshot, F.when(last_snapshot, F.col("_sum_last")).otherwise(F.col("_sum_sum")))
-    buckets = F.when(is_hist & is_cum, F.expr("zip_with(_first_inc.b, _in_hist.b, (x, y) -> x + y)")).when(
-        is_hist, F.col("_buckets"))
+    buckets = F.when(is_hist, F.col("_buckets"))
     not_value = is_hist | snapshot
     df = (
         agg.withColumn("window_start", F.timestamp_seconds("_ws"))
@@ -258,24 +291,19 @@ def _finish(agg: DataFrame, size: int) -> DataFrame:
     return _with_quantiles(df).select(*CLIENT_METRICS_COLUMNS)
 
 
-def last_points(points: DataFrame, previous: DataFrame | None = None) -> DataFrame:
-    """Each cumulative series' newest point (LAST_POINT_COLUMNS) among `points` and `previous`: the state a
-    stream carries to the next micro-batch so the next window's delta starts from it."""
-    cols = [F.col(c) for c in LAST_POINT_COLUMNS]
-    df = points.where(_cumulative()).select(*cols)
-    if previous is not None:
-        df = df.unionByName(previous.select(*cols))
-    keys = [k for k in _GROUP_KEYS if k != "_bk"]
-    newest = F.max_by(F.struct(*(c for c in LAST_POINT_COLUMNS if c not in keys)), "time_unix_nano")
-    return _with_bounds_key(df).groupBy(*keys, "_bk").agg(newest.alias("_p")).select(*keys, "_p.*")
-
-
 def _sum_arrays(col: str | Column) -> Column:
     """Element-wise sum of the arrays collected from `col` (one bucket layout per group)."""
     return F.aggregate(
         F.collect_list(col), F.lit(None).cast("array<bigint>"),
         lambda acc, b: F.when(acc.isNull(), b).otherwise(F.zip_with(acc, b, lambda x, y: x + y)),
     )
+
+
+def _join_null_safe(left: DataFrame, right: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """`left` with `right`'s other columns, left join on `keys` where null equals null."""
+    renamed = right.select(*(F.col(k).alias(f"_r_{k}") for k in keys), *(c for c in right.columns if c not in keys))
+    on = [left[k].eqNullSafe(renamed[f"_r_{k}"]) for k in keys]
+    return left.join(renamed, on, "left").drop(*(f"_r_{k}" for k in keys))
 
 
 def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | None = None) -> DataFrame:

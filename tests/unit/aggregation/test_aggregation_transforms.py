@@ -161,6 +161,33 @@ def test_rollups_sum_counters_and_merge_histograms_across_instances(spark: Any) 
     assert out[("principal", SENT)].dimension_value == "User:alice"
 
 
+def test_rollups_keep_each_grouping_set_apart_and_carry_attributes_and_bounds(spark: Any) -> None:
+    """Given delta histograms over bounds [5] with attributes {node: 1}: inst-1 (principal User:alice) [1,0],
+    inst-2 (no principal) [0,3], and a delta counter of inst-2 only,
+    When rolled up,
+    Then each roll-up row has the attributes and bounds of its series; the histogram's client_id row merges
+    both instances ([1,3]), its principal rows hold [1,0] for User:alice and [0,3] for the missing
+    principal (an empty dimension value, not the merged buckets of another grouping set), and the
+    counter's rows hold no buckets."""
+    attrs = {"attributes": {"node": "1"}, "attributes_key": "node=1"}
+    rows = [
+        hist(10, [1, 0], 1.0, "delta", [5.0], **attrs),
+        hist(10, [0, 3], 30.0, "delta", [5.0], client_instance_id="inst-2", principal=None, **attrs),
+        point(SENT, 10, 30.0, type="sum", temporality="delta", monotonic=True, client_instance_id="inst-2",
+              principal=None),
+    ]
+    out = rollups(aggregate_client_metrics(points_df(spark, rows), window_seconds=60)).collect()
+    got = {(r.dimension, r.dimension_value, r.metric): r for r in out}
+    assert len(got) == len(out) == 7
+    for key in (("client_id", "producer-1", RTT), ("principal", "User:alice", RTT), ("principal", "", RTT)):
+        assert (got[key].attributes, list(got[key].explicit_bounds)) == ({"node": "1"}, [5.0])
+    assert list(got[("client_id", "producer-1", RTT)].bucket_counts) == [1, 3]
+    assert list(got[("principal", "User:alice", RTT)].bucket_counts) == [1, 0]
+    assert list(got[("principal", "", RTT)].bucket_counts) == [0, 3]
+    counter_row = got[("principal", "", SENT)]
+    assert (counter_row.delta, counter_row.bucket_counts, counter_row.attributes) == (30.0, None, {})
+
+
 def test_terminations_carry_the_reason(spark: Any) -> None:
     """Given a terminating push with a client.terminating metric (reason label) and an ordinary push,
     When terminations are derived,
