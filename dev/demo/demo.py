@@ -967,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60, help="seconds the clients run before narrowing")
     parser.add_argument("--narrow-window", type=float, default=20, help="seconds of pushes counted after narrowing")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "demo")
-    parser.add_argument("--aggregate-timeout", type=float, default=600,
+    parser.add_argument("--aggregate-timeout", type=float, default=900,
                         help="seconds to wait for every demo client's aggregates (or for `kct aggregate` to finish)")
     parser.add_argument("--local-aggregation", action="store_true",
                         help="for development: `kct aggregate` (Spark local mode) on the host over the rendered "

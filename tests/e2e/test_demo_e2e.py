@@ -35,7 +35,7 @@ def _job_image() -> str:
     return reference
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1560)
 def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(node_stack: NodeStack,
                                                                          tmp_path: Path) -> None:
     """Given the node stack with our runtime image,
@@ -55,7 +55,7 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(node_
     proc = subprocess.run(
         [sys.executable, str(DEMO), "--duration", "20", "--narrow-window", "12", "--keep-stack",
          "--remove-resources", "--out", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=1140, check=False,
+        cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
