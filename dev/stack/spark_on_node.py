@@ -156,11 +156,16 @@ def host_path_volume(namespace: str, folder: Path) -> list[dict[str, Any]]:
 
 
 def helm_values(operator_image: str, namespace: str) -> list[str]:
-    """`--set`s for the chart: our build of the operator's image (imported, never pulled), one job namespace."""
+    """`--set`s for the chart: our build of the operator's image (imported, never pulled), one job namespace,
+    and CPU and memory requests for its pods: the chart sets none, and on a busy node BestEffort pods got so
+    little CPU next to the Spark pods (which request some) that their probes timed out and they restarted."""
     repository, tag = operator_image.rsplit(":", 1)
     registry, _, name = repository.partition("/")
     values = {"image.registry": registry, "image.repository": name, "image.tag": tag, "image.pullPolicy": "Never",
               "spark.jobNamespaces[0]": namespace}
+    for component in ("controller", "webhook"):
+        values[f"{component}.resources.requests.cpu"] = "100m"
+        values[f"{component}.resources.requests.memory"] = "64Mi"
     return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 

@@ -39,11 +39,14 @@ def test_the_volume_is_a_hostpath_prebound_to_the_claim_with_no_provisioner() ->
         assert obj["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
-def test_the_chart_runs_our_image_never_pulled_for_one_job_namespace() -> None:
+def test_the_chart_runs_our_image_never_pulled_for_one_job_namespace_with_cpu_requests() -> None:
     """Given our build of the operator's image, then the chart's values split it into registry, repository and
-    tag (the chart joins them), never pull it, and watch the one job namespace."""
+    tag (the chart joins them), never pull it, watch the one job namespace, and give controller and webhook a
+    CPU request (not BestEffort next to the Spark pods)."""
     argv = spark_on_node.helm_values("kct.dev/spark-operator:0123abcd", "jobs")
     values = dict(arg.split("=", 1) for arg in argv[1::2])
     assert set(argv[::2]) == {"--set"}
-    assert values == {"image.registry": "kct.dev", "image.repository": "spark-operator", "image.tag": "0123abcd",
-                      "image.pullPolicy": "Never", "spark.jobNamespaces[0]": "jobs"}
+    assert {k: v for k, v in values.items() if ".resources." not in k} == {
+        "image.registry": "kct.dev", "image.repository": "spark-operator", "image.tag": "0123abcd",
+        "image.pullPolicy": "Never", "spark.jobNamespaces[0]": "jobs"}
+    assert values["controller.resources.requests.cpu"] and values["webhook.resources.requests.cpu"]
