@@ -750,15 +750,22 @@ class Demo:
 
     def _receiver_summary(self, say: Any) -> bool:
         """The TelemetryReceiver and its pods as `kubectl get` shows them; False unless Ready with running pods."""
+        # A probe answered late on a busy machine takes the pod out of Ready for a moment: judged once it settled
+        # (or after a minute), not on one snapshot.
+        ready, pods, deadline = False, [], time.monotonic() + 60
+        while time.monotonic() < deadline:
+            conditions = self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {}).get("conditions", [])
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            pods = self._running_receiver_pods()
+            if ready and pods:
+                break
+            time.sleep(2)
         say(f"Telemetry receiver (kubectl get telemetryreceivers,pods -n {self.ns}: the operator's Deployment, "
             "its pods on the node)")
         say(_indent(self.kubectl("get", "telemetryreceivers", "-n", self.ns).rstrip()))
         say(_indent(self.kubectl("get", "pods", "-n", self.ns, "-l", RECEIVER_PODS, "-o",
                                  "custom-columns=POD:.metadata.name,STATUS:.status.phase,IP:.status.podIP,"
                                  "NODE:.spec.nodeName,IMAGE:.spec.containers[0].image").rstrip()))
-        conditions = self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {}).get("conditions", [])
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-        pods = self._running_receiver_pods()
         if ready and pods:
             say(f"    receiver Ready=True, pods {', '.join(pods)}")
             return True
