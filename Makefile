@@ -39,7 +39,7 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	$(VENV)/bin/mypy --strict dev/spark-deps/install.py
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
-	MYPYPATH=dev/demo:operator $(VENV)/bin/mypy --strict dev/demo bench/run_all.py
+	MYPYPATH=dev/demo:dev/stack:operator $(VENV)/bin/mypy --strict dev/demo bench/run_all.py
 	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 
@@ -84,7 +84,9 @@ node-down:  ## stop everything node-up started (pods, node, its control plane, n
 node-status:  ## what the node stack runs
 	$(PYTHON) dev/stack/stack.py node-status
 
-demo: venv spark-jars images  ## the whole system on the node stack: operator (Helm) and receiver as pods, real clients, Spark; summary + HTML report (KEEP=1 keeps the stack)
+# The demo's aggregation runs on the node (kct-spark image from `images`, the spark-operator's image and
+# chart from `spark-operator`); spark-jars serves its local mode (DEMO_ARGS=--local-aggregation).
+demo: venv spark-jars images spark-operator  ## the whole system on the node stack: operator (Helm), receiver and the spark-operator's SparkApplication as pods, real clients; summary + HTML report (KEEP=1 keeps the stack)
 	$(VPY) dev/demo/demo.py $(if $(filter 1,$(KEEP)),--keep-stack) $(DEMO_ARGS)
 
 bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures (BENCH_ARGS=--full: the scripts' defaults)

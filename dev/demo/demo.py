@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make demo`: the whole system end to end on the node stack (real pods), with real Kafka clients.
 
-    .venv/bin/python dev/demo/demo.py [--duration 60] [--keep-stack] [--narrow-window 20]
+    .venv/bin/python dev/demo/demo.py [--duration 60] [--keep-stack] [--narrow-window 20] [--local-aggregation]
 
 Steps (each printed with its duration; the first failing step stops the run, cleanup always runs):
 
@@ -10,25 +10,42 @@ Steps (each printed with its duration; the first failing step stops the run, cle
      used: the node stack has everything the demo needs, so one stack is started, not two.
   2. the operator as users install it: `helm upgrade --install` of helm/kct (the chart's CRDs, ServiceAccount
      and RBAC) with our image and the node stack's Kafka as the default cluster
-  3. the examples: examples/subscriptions/ and examples/demo/ in namespace kct-telemetry (a subscription
+  3. the Kubeflow spark-operator on the node (dev/stack/spark_on_node.py, as its e2e test installs it): our
+     `kct-spark` image and the spark-operator's image (`make images`, `make spark-operator`) imported into
+     the node, the claim `aggregates` bound to a hostPath PersistentVolume (storage class kct-local), the
+     NetworkPolicy grant Spark 4.2's spark-submit needs, and `helm upgrade --install` of the module's chart
+     with the demo namespace as its job namespace
+  4. the examples: examples/subscriptions/ and examples/demo/ in namespace kct-telemetry (a subscription
      matching the demo clients, TelemetryReceiver `telemetry`, the one the node stack's broker plugin posts
-     to, whose push token is a Secret made from the stack's token; spec.image set to our image)
-  4. the TelemetryReceiver Ready=True: its Deployment's pods run on the node
-  5. real confluent-kafka producers and consumers for `--duration` seconds, each with its own
+     to, whose push token is a Secret made from the stack's token; spec.image and spec.aggregation.image set
+     to our images): the operator renders its SparkApplication, the spark-operator starts a driver pod, the
+     driver an executor pod
+  5. the TelemetryReceiver Ready=True: its Deployment's pods run on the node
+  6. real confluent-kafka producers and consumers for `--duration` seconds, each with its own
      client.id and software name/version, on the host against the node stack's Kafka (its loopback
      forwarder); librdkafka pushes their metrics through the broker plugin to the receiver's Service
-  6. narrowing: the subscription's `match.clientId` is changed to one client, and pushes are counted
+  7. narrowing: the subscription's `match.clientId` is changed to one client, and pushes are counted
      per client id in the topic after one push interval: only that client may still push
-  7. `kct aggregate` (Spark, local mode) with the operator's rendered aggregation config, read to the
-     end of the topic
-  8. the summary (subscriptions, the receiver with its pods, clients, pushes, per-client aggregates) and an
-     HTML report with plots; the operator's and receivers' pod logs are saved under logs/
+  8. the aggregation on the node: wait (`--aggregate-timeout`) until the Parquet the executor writes to the
+     claim has rows for every demo client; the narrowed client keeps pushing meanwhile, since a streaming
+     window is final only once points past its end plus the watermark arrived. On timeout: the
+     SparkApplication's state, the Spark pods and the driver's last log lines.
+  9. the clients stop; the pushes are read from the topic, the Parquet from the host side of the volume
+  10. the summary (subscriptions, the receiver with its pods, the SparkApplication with its state and its
+     driver and executor pods and the receiver's status.aggregation, clients, pushes, per-client aggregates,
+     narrowing) and an HTML report with plots; the operator's, receivers', Spark pods' and spark-operator's
+     logs are saved under logs/
 
-Outputs go to build/demo/ (report.html, summary.txt, logs/). The exit code is 0 only when every step
-succeeded, the receiver was Ready with running pods, every demo client has aggregates and the narrowing step
-showed only the chosen client pushing. The stack is stopped at the end unless `--keep-stack` (or KEEP=1) or it
-was already running before the demo started (then it is left as found, and so are the demo's resources and
-the Helm release unless `--remove-resources`).
+`--local-aggregation` (for development) skips step 3 and replaces step 8 by `kct aggregate` (Spark local mode,
+on the host) with the operator's rendered aggregation config, read to the end of the topic, after the clients
+stopped.
+
+Outputs go to build/demo/ (report.html, summary.txt, aggregates/, logs/). The exit code is 0 only when every
+step succeeded, the receiver was Ready with running pods, the SparkApplication RUNNING with driver and executor
+pods on the node, every demo client has aggregates and the narrowing step showed only the chosen client
+pushing. The stack is stopped at the end unless `--keep-stack` (or KEEP=1) or it was already running before the
+demo started (then it is left as found, and so are the demo's resources and the Helm releases unless
+`--remove-resources`).
 """
 
 from __future__ import annotations
@@ -56,7 +73,10 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "dev" / "stack"))
 
+import aggregation_view as agg_view  # noqa: E402
+import spark_on_node  # noqa: E402  (dev/stack: the spark-operator on the node, shared with its e2e test)
 from clients import DEMO_CLIENTS, ClientFleet, ensure_topics  # noqa: E402
 from report import (  # noqa: E402
     KEY_METRICS,
@@ -80,6 +100,7 @@ NAMESPACE = "kct-telemetry"
 SUBSCRIPTION = "demo-clients"  # examples/demo/subscription.yaml
 RECEIVER = "telemetry"  # examples/demo/telemetryreceiver.yaml
 RECEIVER_PODS = "app.kubernetes.io/component=receiver,app.kubernetes.io/instance=" + RECEIVER
+SPARK_PODS = "spark-role"  # the label Spark on Kubernetes puts on its driver and executor pods
 TOKEN_SECRET = "demo-push-token"  # referenced by examples/demo/telemetryreceiver.yaml
 NARROW_TO = "demo-orders-producer"
 SUBSCRIPTION_COLUMNS = "custom-columns=" + ",".join((
@@ -122,6 +143,13 @@ class Demo:
         self.narrow: dict[str, Any] = {}
         self.fleet_started = 0.0
         self.fleet_stopped = 0.0
+        self.local = bool(args.local_aggregation)
+        self.spark: spark_on_node.Installed | None = None
+        self.namespace_ready = False
+        self.applied_at = 0.0        # monotonic: `kubectl apply` of the TelemetryReceiver
+        self.first_parquet_s: float | None = None  # seconds from that apply to the first client_metrics file
+        self.aggregates_s: float | None = None     # ... to Parquet rows for every demo client
+        self.spark_sections: list[tuple[str, str, list[str], list[Any]]] = []  # for the HTML report
 
     # ---------------------------------------------------------------- helpers
     @contextlib.contextmanager
@@ -238,15 +266,53 @@ class Demo:
             for line in pods.splitlines():
                 log("    " + line)
 
+    def _access(self) -> spark_on_node.NodeAccess:
+        return spark_on_node.NodeAccess(kubeconfig=Path(self.env["KUBECONFIG"]),
+                                        node_exec=Path(self.env["KCT_NODE_EXEC"]))
+
+    def _fresh_namespace(self) -> None:
+        """The demo namespace, without an earlier run's subscriptions, receivers and Spark applications (whose
+        checkpoint names offsets of the topic that went with its receiver)."""
+        if self.namespace_ready:
+            return
+        existing = self.kubectl("get", "namespace", self.ns, "--ignore-not-found", "-o", "name").strip()
+        if existing:
+            log(f"    namespace {self.ns} exists from an earlier run: removing its resources first")
+            self.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", self.ns,
+                         "--wait", "--timeout=90s", timeout=120)
+            spark_on_node.remove_applications(self._access(), self.ns)
+        else:
+            self.kubectl("create", "namespace", self.ns)
+        self.namespace_ready = True
+
+    def spark_operator(self) -> None:
+        with self.step("the spark-operator on the node: helm upgrade --install of its chart (v2.4.0: controller, "
+                       "webhook, CRDs, RBAC), the kct-spark image, a volume for the aggregates"):
+            self._fresh_namespace()
+            try:
+                self.spark = spark_on_node.install(self._access(), self.ns, empty_volume=True,
+                                                   progress=lambda line: log("    " + line))
+            except spark_on_node.SparkOnNodeError as error:
+                raise DemoError(str(error)) from error
+            s = self.spark
+            for reference, size in s.archive_mb.items():
+                took = s.import_seconds.get(reference)
+                log(f"    image {reference} ({size} MB): "
+                    + (f"imported into the node's containerd in {took:.0f}s" if took is not None else "on the node"))
+            log(f"    PersistentVolume {spark_on_node.volume_name(self.ns)} (hostPath {_rel(s.volume)}, storage class "
+                f"{spark_on_node.STORAGE_CLASS}, no provisioner) bound to claim {self.ns}/{s.claim}")
+            log(f"    Role {spark_on_node.GRANT} in {self.ns}: spark-submit's NetworkPolicy per driver (Spark 4.2), "
+                "which the chart's controller Role lacks")
+            log(f"    the chart's --set: {' '.join(spark_on_node.helm_values(s.operator_image, self.ns)[1::2])}; "
+                f"drivers run as ServiceAccount {s.service_account}")
+            pods = self.kubectl("get", "pods", "-n", s.release_namespace, "-o",
+                                "custom-columns=NAME:.metadata.name,STATUS:.status.phase,NODE:.spec.nodeName").rstrip()
+            for line in pods.splitlines():
+                log("    " + line)
+
     def apply_examples(self) -> None:
         with self.step(f"apply examples/subscriptions/ and examples/demo/ in namespace {self.ns}"):
-            existing = self.kubectl("get", "namespace", self.ns, "--ignore-not-found", "-o", "name").strip()
-            if existing:
-                log(f"    namespace {self.ns} exists from an earlier run: removing its resources first")
-                self.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", self.ns,
-                             "--wait", "--timeout=90s", timeout=120)
-            else:
-                self.kubectl("create", "namespace", self.ns)
+            self._fresh_namespace()
             token = Path(self.env["KCT_RECEIVER_TOKEN_FILE"]).read_text().strip()
             secret = self.kubectl("create", "secret", "generic", TOKEN_SECRET, "-n", self.ns,
                                   f"--from-literal=token={token}", "--dry-run=client", "-o", "yaml")
@@ -256,8 +322,15 @@ class Demo:
             receiver["spec"].update(image=self.env["KCT_NODE_KCT_IMAGE"], imagePullPolicy="Never")
             log(f"    examples/demo/telemetryreceiver.yaml with spec.image {self.env['KCT_NODE_KCT_IMAGE']} "
                 "(built by `make images`, imported by node-up)")
+            if self.spark is not None:
+                receiver["spec"]["aggregation"] = agg_view.receiver_aggregation(
+                    receiver["spec"]["aggregation"], image=self.spark.job_image, claim=self.spark.claim,
+                    service_account=self.spark.service_account)
+                log(f"    ... and spec.aggregation.image {self.spark.job_image} (`make images`), sinkClaimName "
+                    f"{self.spark.claim}, driver.serviceAccount {self.spark.service_account}")
             out = self.kubectl("apply", "-n", self.ns, "-f", str(REPO / "examples" / "subscriptions"),
                                "-f", str(REPO / "examples" / "demo" / "subscription.yaml"))
+            self.applied_at = time.monotonic()
             out += self.kubectl("apply", "-n", self.ns, "-f", "-", stdin=yaml.safe_dump(receiver))
             for line in out.splitlines():
                 log("    " + line)
@@ -318,18 +391,42 @@ class Demo:
             self.fleet.start()
             self.fleet_started = time.time()
             t0 = time.monotonic()
+            next_report = 15.0
             while (left := duration - (time.monotonic() - t0)) > 0:
-                time.sleep(min(15.0, left))
+                time.sleep(min(1.0, left))
                 self._fleet_ok()
+                self._watch_aggregation()
+                if time.monotonic() - t0 < min(next_report, duration):
+                    continue
+                next_report += 15
                 produced = sum(c.produced for c in self.fleet.counters.values())
                 consumed = sum(c.consumed for c in self.fleet.counters.values())
                 log(f"    t+{time.monotonic() - t0:3.0f}s  produced {produced}  consumed {consumed}  "
-                    f"pushes stored {self._receiver_pushes()}")
+                    f"pushes stored {self._receiver_pushes()}{self._spark_progress()}")
 
     def _fleet_ok(self) -> None:
         assert self.fleet is not None
         if self.fleet.failures:
             raise DemoError("client failed: " + "; ".join(self.fleet.failures))
+
+    def _watch_aggregation(self) -> None:
+        """Notes when the first client_metrics Parquet file appears on the claim's volume."""
+        if self.spark is not None and self.first_parquet_s is None and agg_view.parquet_files(self.spark.volume):
+            self.first_parquet_s = time.monotonic() - self.applied_at
+
+    def _spark_pods(self) -> list[dict[str, Any]]:
+        pods: list[dict[str, Any]] = self.kget("pods", "-l", SPARK_PODS)["items"]
+        return pods
+
+    def _spark_progress(self) -> str:
+        """`  SparkApplication RUNNING, pods driver+executor, 3 Parquet files` for the progress lines."""
+        if self.spark is None:
+            return ""
+        apps = self.kget("sparkapplications")["items"]
+        state = apps[0].get("status", {}).get("applicationState", {}).get("state", "-") if apps else "none yet"
+        roles = "+".join(sorted(agg_view.running_roles(self._spark_pods()))) or "none running"
+        return (f"  SparkApplication {state}, pods {roles}, "
+                f"{len(agg_view.parquet_files(self.spark.volume))} Parquet files")
 
     def _receiver_pushes(self) -> str:
         """The receiver pods' kct_receiver_pushes_total, summed; read in the node's network namespace, where pod
@@ -379,8 +476,68 @@ class Demo:
             while time.time() < end + 2:
                 time.sleep(1)
                 self._fleet_ok()
+                self._watch_aggregation()
             self.narrow = {"t_patch": t_patch, "t_applied": t_applied, "start": start, "end": end,
                            "before_start": t_patch - window, "window": window}
+
+    def aggregation_on_node(self) -> None:
+        assert self.spark is not None
+        window = yaml.safe_load((REPO / "examples" / "demo" / "telemetryreceiver.yaml").read_text())[
+            "spec"]["aggregation"]["window"]
+        timeout = float(self.args.aggregate_timeout)
+        with self.step(f"the aggregation on the node: the spark-operator runs the SparkApplication (driver and "
+                       f"executor pods), Parquet on the claim for every demo client (up to {timeout:.0f}s)"):
+            log(f"    a {window['sizeSeconds']}s window is final once points {window['watermarkSeconds']}s past its "
+                f"end arrived: {NARROW_TO} keeps pushing meanwhile")
+            wanted = {c.client_id for c in DEMO_CLIENTS}
+            t0 = time.monotonic()
+            next_report = 15.0
+            while not wanted <= (have := agg_view.aggregated_client_ids(self.spark.volume)):
+                self._fleet_ok()
+                self._watch_aggregation()
+                if time.monotonic() - t0 > timeout:
+                    raise DemoError(f"no aggregates on the claim for {', '.join(sorted(wanted - have))} after "
+                                    f"{timeout:.0f}s (have: {', '.join(sorted(have)) or 'none'}):\n"
+                                    + _indent(self._spark_diagnostics()))
+                if time.monotonic() - t0 >= next_report:
+                    next_report += 15
+                    log(f"    t+{time.monotonic() - t0:3.0f}s {self._spark_progress()}; clients aggregated: "
+                        f"{', '.join(sorted(have)) or 'none yet'}")
+                time.sleep(2)
+            self.aggregates_s = time.monotonic() - self.applied_at
+            self._watch_aggregation()
+            log(f"   {self._spark_progress()}; every demo client has client_metrics rows")
+            log(f"    kubectl apply of the TelemetryReceiver -> first Parquet file {self.first_parquet_s or 0:.0f}s, "
+                f"-> rows for every demo client {self.aggregates_s:.0f}s")
+
+    def _spark_diagnostics(self) -> str:
+        """The SparkApplication's state and message, the Spark pods and the driver's last log lines."""
+        parts = []
+        for app in self.kget("sparkapplications")["items"]:
+            state = app.get("status", {}).get("applicationState", {})
+            parts.append(f"SparkApplication {app['metadata']['name']}: {state.get('state', '-')} "
+                         f"{state.get('errorMessage', '')}".rstrip())
+        if not parts:
+            receiver = self.kget(f"telemetryreceiver/{RECEIVER}")
+            parts.append("no SparkApplication; " + agg_view.AggregationState.of(receiver).line())
+        pods = self._spark_pods()
+        parts.append(format_table(agg_view.POD_HEADER, agg_view.pod_rows(pods)) if pods else "no Spark pods")
+        for pod in pods:
+            if pod["metadata"]["labels"].get("spark-role") == "driver":
+                tail = self.kubectl("logs", pod["metadata"]["name"], "-n", self.ns, "--tail=30", check=False)
+                parts.append(f"last lines of the driver {pod['metadata']['name']}:\n" + tail.rstrip())
+        parts.append(f"(every pod's log: {_rel(self.logs)}/spark.log after cleanup)")
+        return "\n".join(parts)
+
+    def read_aggregates(self) -> list[dict[str, Any]]:
+        assert self.spark is not None
+        with self.step("read the Parquet the executors wrote, from the host side of the claim's volume"):
+            target = self.out / "aggregates"
+            tables = agg_view.copy_tables(self.spark.volume, target)
+            rows = agg_view.read_rows(target)
+            log(f"    {len(rows)} client_metrics rows; tables {', '.join(tables)} copied from "
+                f"{_rel(self.spark.volume)} to {_rel(target)} (the volume goes with the demo's resources)")
+            return rows
 
     def stop_clients(self) -> None:
         with self.step("stop the clients (their last push carries the terminating flag)"):
@@ -431,7 +588,8 @@ class Demo:
             consumer.close()
 
     def aggregate(self) -> list[dict[str, Any]]:
-        with self.step("`kct aggregate` (Spark, local mode) with the aggregation config the operator rendered"):
+        with self.step("`kct aggregate` (Spark, local mode, on the host; --local-aggregation) with the aggregation "
+                       "config the operator rendered"):
             config = self._rendered("aggregation.yaml")
             agg_dir = self.out / "aggregates"
             shutil.rmtree(agg_dir, ignore_errors=True)
@@ -507,6 +665,9 @@ class Demo:
             say("")
             ok = self._receiver_summary(say) and ok
             say("")
+            if not self.local:
+                ok = self._aggregation_summary(say) and ok
+                say("")
             by_instance: dict[str, list[Push]] = {}
             for p in pushes:
                 by_instance.setdefault(p.client_instance_id, []).append(p)
@@ -534,8 +695,9 @@ class Demo:
                 a = aggs[cid]
                 agg_rows.append((cid, f"{msgs:.0f}", a["windows"], a["points"], a["metrics"],
                                  *[a[title] for title, _, _ in KEY_METRICS]))
-            say(f"Per-client aggregates ({_rel(self.out / 'aggregates' / 'client_metrics')}, 10 s windows; "
-                "latencies in ms from the clients' own telemetry; msg/s counted by the demo clients)")
+            by = "`kct aggregate`, local mode" if self.local else "the SparkApplication's executor on the node"
+            say(f"Per-client aggregates ({_rel(self.out / 'aggregates' / 'client_metrics')}, written by {by}; "
+                "10 s windows; latencies in ms from the clients' own telemetry; msg/s counted by the demo clients)")
             say(_indent(format_table(agg_header, agg_rows)))
             empty = [cid for cid in demo_ids if aggs[cid]["windows"] == "0"]
             if empty:
@@ -569,33 +731,84 @@ class Demo:
                                          narrow_rows))
             (self.out / "summary.txt").write_text("\n".join(text) + "\n")
             say("")
-            say("Files")
-            say(f"    HTML report with plots   {_rel(report)}")
-            say(f"    this summary             {_rel(self.out / 'summary.txt')}")
-            say(f"    aggregates (Parquet)     {_rel(self.out / 'aggregates')}/"
-                "{client_metrics,rollups,terminations,alerts}")
+            self._files_summary(say, report)
+            return ok
+
+    def _files_summary(self, say: Any, report: Path) -> None:
+        say("Files")
+        say(f"    HTML report with plots   {_rel(report)}")
+        say(f"    this summary             {_rel(self.out / 'summary.txt')}")
+        say(f"    aggregates (Parquet)     {_rel(self.out / 'aggregates')}/"
+            "{client_metrics,rollups,terminations,alerts}")
+        if self.local:
             say(f"    aggregation config       {_rel(self.out / 'aggregation.yaml')} (as rendered, adjusted for "
                 "the host)")
+            say(f"    logs                     {_rel(self.logs)}/{{helm,operator,receiver,aggregate,clients}}.log")
+        else:
             say(f"    logs                     {_rel(self.logs)}/"
-                "{helm,operator,receiver,aggregate,clients}.log")
-            return ok
+                "{helm,operator,receiver,spark,spark-operator,clients}.log")
 
     def _receiver_summary(self, say: Any) -> bool:
         """The TelemetryReceiver and its pods as `kubectl get` shows them; False unless Ready with running pods."""
+        # A probe answered late on a busy machine takes the pod out of Ready for a moment: judged once it settled
+        # (or after a minute), not on one snapshot.
+        ready, pods, deadline = False, [], time.monotonic() + 60
+        while time.monotonic() < deadline:
+            conditions = self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {}).get("conditions", [])
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            pods = self._running_receiver_pods()
+            if ready and pods:
+                break
+            time.sleep(2)
         say(f"Telemetry receiver (kubectl get telemetryreceivers,pods -n {self.ns}: the operator's Deployment, "
             "its pods on the node)")
         say(_indent(self.kubectl("get", "telemetryreceivers", "-n", self.ns).rstrip()))
         say(_indent(self.kubectl("get", "pods", "-n", self.ns, "-l", RECEIVER_PODS, "-o",
                                  "custom-columns=POD:.metadata.name,STATUS:.status.phase,IP:.status.podIP,"
                                  "NODE:.spec.nodeName,IMAGE:.spec.containers[0].image").rstrip()))
-        conditions = self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {}).get("conditions", [])
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-        pods = self._running_receiver_pods()
         if ready and pods:
             say(f"    receiver Ready=True, pods {', '.join(pods)}")
             return True
         say(f"    FAIL: receiver Ready={ready}, running pods: {', '.join(pods) or 'none'}")
         self.failures.append("the TelemetryReceiver is not Ready with running pods")
+        return False
+
+    def _aggregation_summary(self, say: Any) -> bool:
+        """The SparkApplication as the spark-operator runs it, its pods, the receiver's status.aggregation; False
+        unless it is RUNNING with a running driver and executor on the node and the receiver reports it."""
+        assert self.spark is not None
+        say(f"Aggregation on the node (kubectl get sparkapplications,pods -l {SPARK_PODS} -n {self.ns}: the "
+            f"operator's SparkApplication, run by the spark-operator ({self.spark.release} in "
+            f"{self.spark.release_namespace}))")
+        apps = self.kget("sparkapplications")["items"]
+        pods = self._spark_pods()
+        app_rows = agg_view.application_rows(apps, pods)
+        pod_rows = agg_view.pod_rows(pods)
+        state = agg_view.AggregationState.of(self.kget(f"telemetryreceiver/{RECEIVER}"))
+        say(_indent(format_table(agg_view.APPLICATION_HEADER, app_rows)))
+        say(_indent(format_table(agg_view.POD_HEADER, pod_rows)))
+        say(f"    TelemetryReceiver {RECEIVER} {state.line()}")
+        timing = (f"kubectl apply -> first Parquet file {self.first_parquet_s:.0f}s, -> rows for every demo client "
+                  f"{self.aggregates_s:.0f}s" if self.first_parquet_s is not None and self.aggregates_s is not None
+                  else "")
+        say(f"    Parquet on claim {self.spark.claim} ({_rel(self.spark.volume)} on the host): "
+            f"{len(agg_view.parquet_files(self.spark.volume))} client_metrics files; {timing}")
+        self.spark_sections = [
+            ("Aggregation on the node", f"The operator's SparkApplication run by the spark-operator "
+             f"({self.spark.release}); TelemetryReceiver {RECEIVER} {state.line()}; {timing}",
+             list(agg_view.APPLICATION_HEADER), app_rows),
+            ("Spark pods", f"kubectl get pods -l {SPARK_PODS} -n {self.ns}", list(agg_view.POD_HEADER), pod_rows),
+        ]
+        running = {r[0] for r in app_rows if r[1] == "RUNNING"}
+        roles = agg_view.running_roles(pods)
+        on_node = {r[3] for r in pod_rows} == {self.env.get("KCT_NODE_NAME")}
+        if running and roles >= {"driver", "executor"} and on_node and state.state == "RUNNING":
+            say(f"    SparkApplication {', '.join(sorted(running))} RUNNING, driver and executor pods running on "
+                f"{self.env.get('KCT_NODE_NAME')}")
+            return True
+        say(f"    FAIL: SparkApplication running: {', '.join(sorted(running)) or 'none'}, running pods: "
+            f"{', '.join(sorted(roles)) or 'none'}, receiver's state {state.state or '-'}")
+        self.failures.append("the SparkApplication is not RUNNING with driver and executor pods on the node")
         return False
 
     def _html(self, pushes: list[Push], rows: list[dict[str, Any]], cms: str, client_rows: list[Any],
@@ -630,7 +843,9 @@ class Demo:
              "(after narrowing) and the Ready condition",
              cms_header, cms_rows),
             ("Clients seen", f"{len(pushes)} pushes stored in topic {self.topic}", clients_header, client_rows),
-            ("Per-client aggregates", "kct aggregate, 10 s windows; latencies in ms from the clients' telemetry "
+            *self.spark_sections,
+            ("Per-client aggregates", ("kct aggregate (local mode)" if self.local else "the SparkApplication on the "
+             "node") + ", 10 s windows; latencies in ms from the clients' telemetry "
              "(librdkafka pushes avg/max gauges over its interval); msg/s counted by the demo clients",
              agg_header, agg_rows),
             ("Narrowing", f"{SUBSCRIPTION}: match.clientId -> {NARROW_TO} at {_clock(n['t_patch'])} UTC",
@@ -653,6 +868,10 @@ class Demo:
             # the operator removes the broker configs and the demo topic (deleteOnRemoval) on deletion
             self.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", self.ns,
                          "--wait", "--timeout=90s", check=False, timeout=120)
+            if self.spark is not None:
+                spark_on_node.uninstall(self._access(), self.spark)
+                log(f"    removed the spark-operator (Helm release {self.spark.release}), its SparkApplication, the "
+                    "claim and its volume")
             subprocess.run([*self.helm, "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait"],
                            capture_output=True, timeout=300, check=False)
             log(f"    removed the demo resources and the Helm release {RELEASE}")
@@ -671,8 +890,13 @@ class Demo:
         """The operator's and the receivers' pod logs into logs/ (the pods go with the stack)."""
         if not self.helm:
             return
-        for name, namespace, selector in (("operator", RELEASE_NAMESPACE, f"app.kubernetes.io/instance={RELEASE}"),
-                                          ("receiver", self.ns, RECEIVER_PODS)):
+        sources = [("operator", RELEASE_NAMESPACE, f"app.kubernetes.io/instance={RELEASE}"),
+                   ("receiver", self.ns, RECEIVER_PODS)]
+        if self.spark is not None:
+            sources += [("spark", self.ns, SPARK_PODS),
+                        ("spark-operator", self.spark.release_namespace,
+                         f"app.kubernetes.io/instance={self.spark.release}")]
+        for name, namespace, selector in sources:
             out = self.kubectl("logs", "-n", namespace, "-l", selector, "--all-containers", "--prefix",
                                "--tail=-1", check=False, timeout=60)
             (self.logs / f"{name}.log").write_text(out)
@@ -685,13 +909,17 @@ class Demo:
         try:
             self.stack_up()
             self.operator()
+            if not self.local:
+                self.spark_operator()
             self.apply_examples()
             self.receiver()
             self.clients()
             self.narrowing()
+            if not self.local:
+                self.aggregation_on_node()
             self.stop_clients()
             pushes = self.read_topic()
-            rows = self.aggregate()
+            rows = self.aggregate() if self.local else self.read_aggregates()
             ok = self.summary(pushes, rows)
         except DemoError as error:
             log(f"    FAILED: {error}")
@@ -746,7 +974,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60, help="seconds the clients run before narrowing")
     parser.add_argument("--narrow-window", type=float, default=20, help="seconds of pushes counted after narrowing")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "demo")
-    parser.add_argument("--aggregate-timeout", type=float, default=600)
+    parser.add_argument("--aggregate-timeout", type=float, default=900,
+                        help="seconds to wait for every demo client's aggregates (or for `kct aggregate` to finish)")
+    parser.add_argument("--local-aggregation", action="store_true",
+                        help="for development: `kct aggregate` (Spark local mode) on the host over the rendered "
+                             "config, instead of the spark-operator on the node (no kct-spark image needed)")
     parser.add_argument("--keep-stack", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"),
                         help="leave the stack running (also KEEP=1)")
     parser.add_argument("--remove-resources", action="store_true",

@@ -19,8 +19,6 @@ targets that run pytest build them first.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -30,137 +28,69 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from aggregation_support import produce, read_table
 from helpers import eventually
-from node_support import REPO, NodeStack, Release, helm_for, telemetry_receiver
+from node_support import REPO, NodeStack, Release, telemetry_receiver
 
 from kct.aggregation.synthetic import SyntheticClient
+
+sys.path.insert(0, str(REPO / "dev" / "stack"))
+import spark_on_node as spark_node  # (dev/stack is not a package)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 
 S = 1_000_000_000
-SPARK_OPERATOR = REPO / "dev" / "stack" / "spark_operator.py"
-SPARK_OPERATOR_IMAGE = REPO / "dev" / "images" / "spark_operator_image.py"
-IMAGES = REPO / "dev" / "images" / "images.py"
-CLAIM = "aggregates"
 SINK = "/data/aggregates"
-STORAGE_CLASS = "kct-local"
 
 
 @dataclass(frozen=True)
 class SparkOnNode:
     stack: NodeStack
-    job_image: str
-    namespace: str              # where the TelemetryReceiver and its Spark pods run
-    service_account: str        # the driver's, created by the spark-operator's chart in `namespace`
-    volume: Path                # host side of the PersistentVolume bound to CLAIM
-    release: Release            # the spark-operator's
+    installed: spark_node.Installed  # the spark-operator's release, the job namespace and its volume
 
+    @property
+    def job_image(self) -> str:
+        return self.installed.job_image
 
-def _plan(argv: list[str]) -> tuple[Path, str]:
-    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120, check=False)
-    line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    archive, _, reference = line.partition("\t")
-    if proc.returncode != 0 or not Path(archive).is_file():
-        pytest.fail(f"`{' '.join(argv)}` found no image ({proc.stderr.strip()[-500:]}): run `make images` and "
-                    "`make spark-operator` (`make pytest` runs both first)")
-    return Path(archive), reference
+    @property
+    def namespace(self) -> str:  # where the TelemetryReceiver and its Spark pods run
+        return self.installed.namespace
 
+    @property
+    def service_account(self) -> str:  # the driver's, created by the spark-operator's chart in `namespace`
+        return self.installed.service_account
 
-def _import(stack: NodeStack, archive: Path, reference: str) -> None:
-    """The archive in the node's containerd (what the pods' `imagePullPolicy: Never` finds)."""
-    socket = stack.node_exec[0].rsplit("/", 1)[0] + "/node/containerd/containerd.sock"
-    ctr = [*stack.node_exec, "ctr", f"--address={socket}", "--namespace=k8s.io"]
-    listed = subprocess.run([*ctr, "images", "list", "--quiet"], capture_output=True, text=True, timeout=60,
-                            check=True).stdout.split()
-    if reference in listed:
-        return
-    started = time.monotonic()
-    subprocess.run([*ctr, "images", "import", str(archive)], capture_output=True, text=True, timeout=600,
-                   check=True)
-    print(f"\n[spark-e2e] imported {reference} ({archive.stat().st_size / 1e6:.0f} MB archive) in "
-          f"{time.monotonic() - started:.0f} s")
-
-
-def _host_path_volume(stack: NodeStack, namespace: str) -> Path:
-    """A PersistentVolume on a folder of the node (under build/node-stack/volumes/), pre-bound to CLAIM in
-    `namespace`, and that claim. Owned by the Spark image's user (185), which the pods write as."""
-    folder = REPO / "build" / "node-stack" / "volumes" / namespace
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.chown(folder, 185, 185)
-    name = f"{namespace}-{CLAIM}"
-    objects = [
-        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": STORAGE_CLASS},
-         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"},
-        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
-         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                  "persistentVolumeReclaimPolicy": "Retain", "storageClassName": STORAGE_CLASS,
-                  "hostPath": {"path": str(folder), "type": "Directory"},
-                  "claimRef": {"namespace": namespace, "name": CLAIM}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM, "namespace": namespace},
-         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": STORAGE_CLASS, "volumeName": name,
-                  "resources": {"requests": {"storage": "1Gi"}}}},
-    ]
-    stack.kubectl("apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(o) for o in objects))
-    eventually(lambda: stack.get("pvc", CLAIM, "-n", namespace).get("status", {}).get("phase") == "Bound",
-               timeout=60, what=f"the claim {CLAIM} to be bound")
-    return folder
+    @property
+    def volume(self) -> Path:  # host side of the PersistentVolume bound to the claim
+        return self.installed.volume
 
 
 @pytest.fixture(scope="module")
 def spark_on_node(node_stack: NodeStack, operator_release: Release) -> Iterator[SparkOnNode]:
     """Images in the node's containerd, a job namespace with its volume, the spark-operator's chart installed
-    for that namespace (with the kct operator of `operator_release` running)."""
-    job_archive, job_image = _plan([str(IMAGES), "plan", "kct-spark"])
-    operator_archive, operator_image = _plan([str(SPARK_OPERATOR_IMAGE), "plan"])
-    chart = subprocess.run([sys.executable, str(SPARK_OPERATOR), "chart"], capture_output=True, text=True,
-                           timeout=300, check=True).stdout.strip()
-    for archive, reference in ((job_archive, job_image), (operator_archive, operator_image)):
-        _import(node_stack, archive, reference)
-        print(f"[spark-e2e] image {reference}: {archive.stat().st_size / 1e6:.0f} MB (docker-archive)")
+    for that namespace (with the kct operator of `operator_release` running): dev/stack/spark_on_node.py, as
+    `make demo` installs it."""
+    access = spark_node.NodeAccess(kubeconfig=node_stack.kubeconfig, node_exec=Path(node_stack.node_exec[0]))
     namespace = f"kct-spark-{uuid.uuid4().hex[:6]}"
     node_stack.kubectl("create", "namespace", namespace)
-    release = Release(name="spark-operator", namespace=f"spark-operator-{uuid.uuid4().hex[:6]}",
-                      helm=helm_for(node_stack))
-    repository, tag = operator_image.rsplit(":", 1)
+    release_namespace = f"spark-operator-{uuid.uuid4().hex[:6]}"
+    installed = spark_node.install_record(access, namespace, release_namespace)
     try:
-        volume = _host_path_volume(node_stack, namespace)
-        grant = networkpolicy_grant(namespace, release)
-        node_stack.kubectl("apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(o) for o in grant))
-        release.run("install", release.name, chart, "--create-namespace",
-                    "--set", "image.registry=kct.dev", "--set", f"image.repository={repository.split('/', 1)[1]}",
-                    "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-                    "--set", f"spark.jobNamespaces[0]={namespace}", "--wait", "--timeout", "300s")
-        yield SparkOnNode(stack=node_stack, job_image=job_image, namespace=namespace,
-                          service_account=f"{release.name}-spark", volume=volume, release=release)
+        try:
+            installed = spark_node.install(access, namespace, release_namespace=release_namespace)
+        except spark_node.SparkOnNodeError as error:
+            pytest.fail(f"installing the spark-operator on the node: {error} (`make pytest` builds the images)")
+        for reference, size in installed.archive_mb.items():
+            took = installed.import_seconds.get(reference)
+            print(f"\n[spark-e2e] image {reference}: {size} MB (docker-archive)"
+                  + (f", imported in {took:.0f} s" if took is not None else ""))
+        yield SparkOnNode(stack=node_stack, installed=installed)
     finally:
         node_stack.kubectl("delete", "telemetryreceiver", "--all", "-n", namespace, "--wait=true", "--timeout=120s",
                            check=False)
-        subprocess.run([*release.helm, "uninstall", release.name, "-n", release.namespace, "--wait"],
-                       capture_output=True, timeout=300, check=False)
-        for kind, name in (("namespace", namespace), ("namespace", release.namespace),
-                           ("pv", f"{namespace}-{CLAIM}")):
-            node_stack.kubectl("delete", kind, name, "--wait=false", check=False)
-        shutil.rmtree(REPO / "build" / "node-stack" / "volumes" / namespace, ignore_errors=True)
-
-
-def networkpolicy_grant(namespace: str, release: Release) -> list[dict[str, Any]]:
-    """What spark-operator 2.4.0's chart lacks for Spark 4.2: spark-submit (run by its controller) creates a
-    NetworkPolicy for every driver, which the chart's Role does not allow ("cannot patch resource
-    networkpolicies"): a Role for that, bound to the controller's ServiceAccount, in the job namespace."""
-    name = "spark-submit-networkpolicies"
-    return [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": name, "namespace": namespace},
-         "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": name, "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": f"{release.name}-controller",
-                       "namespace": release.namespace}]},
-    ]
+        spark_node.uninstall(access, installed)
+        for name in (namespace, release_namespace):
+            node_stack.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def _receiver(spark: SparkOnNode, topic: str) -> dict[str, Any]:
@@ -169,7 +99,7 @@ def _receiver(spark: SparkOnNode, topic: str) -> dict[str, Any]:
     receiver = telemetry_receiver(spark.namespace, stack.kct_image, stack.kafka_pod_bootstrap, topic)
     receiver["spec"]["aggregation"] = {
         "image": spark.job_image, "imagePullPolicy": "Never",
-        "sinkPath": SINK, "sinkClaimName": CLAIM,
+        "sinkPath": SINK, "sinkClaimName": spark.installed.claim,
         # Windows close as soon as later points arrive, so Parquet appears within a few micro-batches.
         "window": {"sizeSeconds": 60, "watermarkSeconds": 0},
         "triggerSeconds": 5,
