@@ -6,6 +6,7 @@
     mkdir /tmp/base && git archive main operator | tar -x -C /tmp/base
     cp operator/kct/receiver/_otlpscan*.so /tmp/base/operator/kct/receiver/
     .venv/bin/python bench/receiver_vs_collector.py --baseline /tmp/base/operator   # old and new, interleaved
+    (--baseline may be repeated: the receivers are named base, base2, ...)
 
 `--prepare` needs the network: it builds the Collector with its builder (ocb) from Go modules at one
 release (COLLECTOR_RELEASE: otlpreceiver, the contrib kafkaexporter and bearertokenauthextension), the
@@ -250,6 +251,19 @@ class Server:
                 continue
         return total
 
+    def thread_cpu_s(self) -> dict[str, float]:
+        """CPU seconds so far per thread name (threads sharing a name added up): where a push's CPU goes,
+        e.g. the event loop vs librdkafka's broker and main threads vs the delivery-report poller."""
+        totals: dict[str, float] = {}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # a thread that just ended
+                continue
+            totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return totals
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -373,12 +387,14 @@ def drive(loadgen: Path, server: Server, scenario: Scenario, body: Path, seconds
     assert proc.stdout is not None
     cpu0 = cpu1 = 0.0
     sw0 = sw1 = 0
+    threads0: dict[str, float] = {}
+    threads1: dict[str, float] = {}
     last = ""
     for line in proc.stdout:
         if line.startswith("MEASURE"):
-            cpu0, sw0 = server.cpu_s(), server.context_switches()
+            cpu0, sw0, threads0 = server.cpu_s(), server.context_switches(), server.thread_cpu_s()
         elif line.startswith("DONE"):
-            cpu1, sw1 = server.cpu_s(), server.context_switches()
+            cpu1, sw1, threads1 = server.cpu_s(), server.context_switches(), server.thread_cpu_s()
         elif line.startswith("{"):
             last = line
     proc.wait()
@@ -390,6 +406,7 @@ def drive(loadgen: Path, server: Server, scenario: Scenario, body: Path, seconds
     figures["cpu_s"] = cpu1 - cpu0
     figures["switches"] = sw1 - sw0
     figures["rss_peak_mb"] = peak[0]
+    figures["threads"] = {name: cpu - threads0.get(name, 0.0) for name, cpu in threads1.items()}
     return figures
 
 
@@ -448,13 +465,19 @@ def measure(args: argparse.Namespace, servers: list[Server], loadgen: Path, tmp:
                       f"{figures['switches'] / figures['ok'] if figures['ok'] else 0:.1f} switches/push  "
                       f"statuses {figures['statuses']}  "
                       f"load {_load_average()}", flush=True)
+                if args.threads and figures["ok"]:
+                    print("      us/push by thread: " + ", ".join(
+                        f"{name} {1e6 * cpu / figures['ok']:.0f}"
+                        for name, cpu in sorted(figures["threads"].items(), key=lambda kv: -kv[1]) if cpu > 0),
+                        flush=True)
     time.sleep(1.0)
     stored = {srv.name: records_in(srv.topic) - before[srv.name] for srv in servers}
     return {"tallies": tallies, "answered": answered, "stored": stored}
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
-    """One table per receiver (this checkout's `kct`, and `base` with --baseline), each against the Collector."""
+    """One table per receiver (this checkout's `kct`, and `base`, `base2`, ... with --baseline), each against the
+    Collector."""
     tallies: dict[tuple[str, str], Tally] = result["tallies"]
     print(f"\nload average after the run: {_load_average()} ({os.cpu_count()} cores, shared)")
     summary: dict[str, Any] = {}
@@ -495,7 +518,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--only", default="", help="comma-separated scenario names (prefix match)")
     parser.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
-    parser.add_argument("--baseline", type=Path, default=None, metavar="OPERATOR_DIR",
+    parser.add_argument("--threads", action="store_true",
+                        help="per trial, also print each server's CPU per push by thread name")
+    parser.add_argument("--baseline", type=Path, action="append", default=[], metavar="OPERATOR_DIR",
                         help="also run the receiver of another checkout (its `operator` directory, e.g. from "
                              "`git archive main operator`) as server `base`, interleaved with the others")
     args = parser.parse_args()
@@ -512,12 +537,14 @@ def main() -> int:
                     controller_port=KAFKA_CONTROLLER_PORT)
     servers: list[Server] = []
     try:
-        create_topics(["bench-kct", "bench-otelcol", "bench-base"])
+        create_topics(["bench-kct", "bench-otelcol", "bench-base",
+                       *(f"bench-base{n}" for n in range(2, len(args.baseline) + 1))])
         with tempfile.TemporaryDirectory(prefix="kct-bench-") as tmp:
             kct, col = start_servers(Path(tmp), collector)
             servers = [kct, col]
-            if args.baseline is not None:
-                servers.append(start_receiver(Path(tmp), "base", args.baseline.resolve()))
+            for number, baseline in enumerate(args.baseline, start=1):
+                name = "base" if number == 1 else f"base{number}"
+                servers.append(start_receiver(Path(tmp), name, baseline.resolve()))
             result = measure(args, servers, loadgen, Path(tmp))
             summary = report(args, result)
             for server in servers:
