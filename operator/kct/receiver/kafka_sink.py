@@ -1,20 +1,20 @@
 """The Kafka sink: a confluent-kafka (librdkafka) idempotent producer with `acks=all`.
 
-`produce()` only enqueues; the delivery report says whether the broker stored the record. A dedicated
-thread polls the producer (blocking, GIL released) and hands reports back in batches (`delivery.py`: one
-loop wake-up per batch, none while a drain is already pending), so the loop never blocks on librdkafka.
+`produce()` only enqueues; the delivery report says whether the broker stored the record. librdkafka
+signals its main queue (delivery reports, errors, logs) on an eventfd the event loop watches
+(`kct.receiver.rdkafka_events`): when it turns readable the loop calls `poll(0)` itself and resolves the
+reports at once (`delivery.py`), so a report costs no thread and no GIL hand-off, and the loop never blocks
+on librdkafka. Where that descriptor cannot be had, a dedicated thread polls the producer (blocking, GIL
+released) and hands reports back in batches (one loop wake-up per batch, none while a drain is pending).
 Under load (at least `_LOOP_POLL_MIN_INFLIGHT` pushes awaiting reports) the loop also polls the producer
-itself (`poll(0)`, non-blocking) before each produce and resolves what it found at once: those reports need
-no thread hand-off (a context switch and a GIL transfer per callback on a busy core). A quiet receiver does
-not: there `poll(0)` releases the GIL just when the poller may be waiting for it, one more hand-off per
-push, not one fewer (one A/B trial at 500 pushes/s on a loaded machine: 6.2 voluntary context switches per
-push with it, 4.5 without). Every push waits for its own report:
-success -> the HTTP layer answers 200; failure or timeout -> 503 with Retry-After (or 413 when the record
-exceeds the topic's limit). librdkafka's queue is bounded; a full queue is a 503 too.
+before each produce, so reports that arrived meanwhile need no wake-up at all. Every push waits for its
+own report: success -> the HTTP layer answers 200; failure or timeout -> 503 with Retry-After (or 413 when
+the record exceeds the topic's limit). librdkafka's queue is bounded; a full queue is a 503 too.
 
 librdkafka itself fails a record after `message.timeout.ms`; the receiver only guards against a report that
 never comes with one sweep per second over the pending pushes in send order (a deque: deadlines are
-monotonic), not with one asyncio timer per push (a timer per push cost ~10 % of a push's CPU).
+monotonic), not with one asyncio timer per push (a timer per push cost ~10 % of a push's CPU). The sweep
+also serves the producer's queue once, a backstop should an event signal ever be missed.
 
 Readiness is a cached metadata request (`list_topics(topic)`) refreshed in the background; while it
 fails, pushes are refused at once with 503 instead of piling up behind `message.timeout.ms`. A fatal
@@ -36,6 +36,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from kct.receiver.config import KafkaSinkConfig, resolve_env
 from kct.receiver.delivery import DeliveryFailed, DeliveryReports
 from kct.receiver.errors import PayloadTooLarge, PushRejected, Unavailable
+from kct.receiver.rdkafka_events import MainQueueWatch, watch_main_queue
 
 __all__ = ["KafkaSink", "producer_config"]
 
@@ -103,6 +104,7 @@ class KafkaSink:
         self._stop = threading.Event()
         self._fatal = threading.Event()
         self._poller: threading.Thread | None = None
+        self._watch: MainQueueWatch | None = None
         self._prober: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._pending: deque[tuple[float, asyncio.Future[None]]] = deque()
@@ -114,8 +116,9 @@ class KafkaSink:
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         self._reports = DeliveryReports(asyncio.get_running_loop())
-        self._poller = threading.Thread(target=self._poll_forever, name="kct-kafka-poll", daemon=True)
-        self._poller.start()
+        if not self._watch_producer():
+            self._poller = threading.Thread(target=self._poll_forever, name="kct-kafka-poll", daemon=True)
+            self._poller.start()
         await self._probe_once()
         self._prober = asyncio.create_task(self._probe_forever(), name="kct-kafka-readiness")
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="kct-kafka-lost-reports")
@@ -128,9 +131,16 @@ class KafkaSink:
         remaining = await asyncio.to_thread(self._producer.flush, timeout_s)
         if remaining:
             log.warning("producer closed with undelivered records", extra={"records": remaining})
+        self._unwatch_producer()
+        if self._reports is not None:
+            self._reports.drain()  # what the flush served, resolved here on the loop
         self._stop.set()
         if self._poller is not None:
             await asyncio.to_thread(self._poller.join, 2.0)
+            if self._poller.is_alive():  # stuck in librdkafka: keep the wake-up fd, the process is ending
+                return
+        if self._reports is not None:
+            self._reports.close()
 
     # -- readiness -------------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -180,6 +190,40 @@ class KafkaSink:
             self._fatal.set()
         else:
             log.warning("producer error", extra={"error": str(err)})
+
+    @property
+    def reports_by_event_fd(self) -> bool:
+        """Whether the loop serves the producer on librdkafka's queue events (else a polling thread does)."""
+        return self._watch is not None
+
+    def _watch_producer(self) -> bool:
+        watch = watch_main_queue(self._producer)
+        if watch is None:
+            return False
+        asyncio.get_running_loop().add_reader(watch.fd, self._serve_producer)
+        self._watch = watch
+        return True
+
+    def _unwatch_producer(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            asyncio.get_running_loop().remove_reader(watch.fd)
+            watch.close()
+
+    def _serve_producer(self) -> None:
+        """On the loop, when librdkafka signalled its queue: the callbacks run here, the reports resolve."""
+        if self._watch is not None:
+            self._watch.clear()
+        producer = self._producer
+        producer.poll(0)
+        if self._reports is not None:
+            self._reports.drain()
+        if self._fatal.is_set():
+            self._unwatch_producer()
+            self._replace_producer(producer)
+            self._watch_producer()
+            if self._reports is not None:
+                self._reports.drain()  # the dead producer's purged records, failed now
 
     def _poll_forever(self) -> None:
         while not self._stop.is_set():
@@ -251,6 +295,8 @@ class KafkaSink:
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(_SWEEP_S)
+            if self._watch is not None:
+                self._serve_producer()
             self.sweep_lost_reports(time.monotonic())
 
     def sweep_lost_reports(self, now: float) -> int:

@@ -1,0 +1,93 @@
+"""librdkafka's queue events on an eventfd the loop watches, with the real librdkafka and no broker (the
+producer points at a closed loopback port, so every record fails after message.timeout.ms)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from kct.receiver.config import KafkaSinkConfig
+from kct.receiver.errors import Unavailable
+from kct.receiver.kafka_sink import KafkaSink
+from kct.receiver.rdkafka_events import watch_main_queue
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])  # bound, never listening: connections are refused
+
+
+def _producer(port: int) -> Producer:
+    return Producer({"bootstrap.servers": f"127.0.0.1:{port}", "message.timeout.ms": 300,
+                     "enable.metrics.push": False, "log_level": 0})
+
+
+def test_a_delivery_report_makes_the_fd_readable_and_poll_serves_it(closed_port: int) -> None:
+    """Given a watched producer, when a record fails, then the eventfd turns readable and poll(0) run after
+    it delivers the report: no thread blocked in poll() was needed."""
+    producer = _producer(closed_port)
+    watch = watch_main_queue(producer)
+    assert watch is not None, "the eventfd watch should be available with the pinned confluent-kafka on Linux"
+    reports: list[KafkaError | None] = []
+    producer.produce("kct-events-test", b"x", on_delivery=lambda err, _msg: reports.append(err))
+    signals = 0
+    deadline = time.monotonic() + 10
+    while not reports and time.monotonic() < deadline:
+        readable, _, _ = select.select([watch.fd], [], [], 1.0)
+        if readable:
+            signals += 1
+            watch.clear()
+            producer.poll(0)
+    watch.close()
+    assert signals >= 2  # the first is the initial one; the report signalled on its own
+    assert len(reports) == 1 and reports[0] is not None
+    assert reports[0].code() == KafkaError._MSG_TIMED_OUT
+
+
+def test_only_a_producer_is_watched_and_the_switch_turns_it_off(closed_port: int,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a consumer (same C handle type, not a producer) or the off switch, then no watch: the sink
+    falls back to its polling thread."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{closed_port}", "group.id": "kct-events-test",
+                         "enable.metrics.push": False, "log_level": 0})
+    assert watch_main_queue(consumer) is None
+    consumer.close()
+    monkeypatch.setenv("KCT_RECEIVER_KAFKA_EVENT_FD", "0")
+    assert watch_main_queue(_producer(closed_port)) is None
+
+
+@pytest.mark.parametrize("event_fd", [True, False], ids=["event-fd", "polling-thread"])
+async def test_sink_fails_an_undeliverable_push_with_503_in_both_modes(
+        closed_port: int, event_fd: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the sink in either delivery mode with Kafka unreachable, when a push is sent anyway, then its
+    failed report reaches the push (503 kafka_timeout) well before the lost-report margin, and in event-fd
+    mode no polling thread runs."""
+    monkeypatch.setenv("KCT_RECEIVER_KAFKA_EVENT_FD", "1" if event_fd else "0")
+    config = KafkaSinkConfig(bootstrap_servers=f"127.0.0.1:{closed_port}", topic="kct-events-test",
+                             delivery_timeout_ms=500, readiness_timeout_ms=200)
+    sink = KafkaSink(config, 1_000_000)
+    await sink.start()
+    assert sink.reports_by_event_fd is event_fd
+    pollers = [t for t in threading.enumerate() if t.name == "kct-kafka-poll" and t.is_alive()]
+    assert bool(pollers) is not event_fd
+    sink._ready = True  # the probe failed (no broker): let the push through to librdkafka anyway
+    started = time.monotonic()
+    with pytest.raises(Unavailable) as refused:
+        await asyncio.wait_for(sink.send(b"key", b"value", [("h", b"v")]), timeout=10)
+    assert refused.value.reason == "kafka_timeout"
+    assert time.monotonic() - started < 5  # the report itself, not the sweep after the 5 s margin
+    await sink.close(1.0)
+    assert not sink.reports_by_event_fd
+    if not event_fd:
+        assert all(not t.is_alive() for t in pollers)
+    assert os.environ["KCT_RECEIVER_KAFKA_EVENT_FD"] == ("1" if event_fd else "0")
