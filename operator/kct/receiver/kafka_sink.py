@@ -56,10 +56,14 @@ def producer_config(config: KafkaSinkConfig, max_record_bytes: int) -> dict[str,
         assert config.bootstrap_servers is not None
         bootstrap = config.bootstrap_servers
     conf: dict[str, Any] = {
-        # Every push waits for its record's ack, so linger is added to every answer; under load librdkafka
-        # batches anyway behind the requests in flight. 1 ms: a quiet receiver answers in ~1-2 ms (5 ms
-        # made the p50 at 500 pushes/s 4x the OpenTelemetry Collector's), a busy one still batches.
-        "linger.ms": 1,
+        # Every push waits for its record's ack, so any linger is added to every answer of a quiet receiver
+        # (librdkafka sleeps in whole milliseconds: 1 ms made the p50 at 500 pushes/s ~2x the OpenTelemetry
+        # Collector's). No linger, and one produce request in flight per broker: a quiet receiver sends each
+        # record at once, a busy one batches whatever arrives while the previous request is out (Nagle's
+        # rule), so load still makes batches without a timer. With no linger and 5 requests in flight,
+        # librdkafka sent a request per record at 32 connections and its broker thread cost 3-4x as much.
+        "linger.ms": 0,
+        "max.in.flight.requests.per.connection": 1,
         "compression.type": "lz4",
         # Every queued record is a push awaiting its answer, already bounded by limits.maxInflight*;
         # these only cap librdkafka if records outlive their request (the delivery-report margin).

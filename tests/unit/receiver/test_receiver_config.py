@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kct.otlp import labels as L
 from kct.receiver.config import (
     ConfigError,
+    KafkaSinkConfig,
     PrivacyConfig,
     ReceiverConfig,
     dump_config_yaml,
@@ -85,6 +86,18 @@ def test_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         producer_config(config.kafka, 1_000_000)
     with pytest.raises(ConfigError, match=r"auth\.bearerTokenEnv"):
         resolve_env("KCT_SURELY_UNSET", "auth.bearerTokenEnv")
+
+
+def test_producer_sends_at_once_when_quiet_and_batches_behind_one_request_under_load() -> None:
+    """Given the default sink config, then no linger and one produce request in flight per broker (a quiet
+    receiver answers without waiting out a linger, a busy one batches behind the request in flight);
+    given the user's own values in producerProperties, then theirs are used."""
+    default = producer_config(KafkaSinkConfig(bootstrap_servers="k:9092"), 1_000_000)
+    assert default["linger.ms"] == 0
+    assert default["max.in.flight.requests.per.connection"] == 1
+    tuned = producer_config(KafkaSinkConfig(bootstrap_servers="k:9092", producer_properties={
+        "linger.ms": 5, "max.in.flight.requests.per.connection": 5}), 1_000_000)
+    assert (tuned["linger.ms"], tuned["max.in.flight.requests.per.connection"]) == (5, 5)
 
 
 # -- privacy ---------------------------------------------------------------------------------------------
