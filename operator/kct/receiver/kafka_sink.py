@@ -121,8 +121,7 @@ class KafkaSink:
     async def start(self) -> None:
         self._reports = DeliveryReports(asyncio.get_running_loop())
         if not self._watch_producer():
-            self._poller = threading.Thread(target=self._poll_forever, name="kct-kafka-poll", daemon=True)
-            self._poller.start()
+            self._start_poller()
         await self._probe_once()
         self._prober = asyncio.create_task(self._probe_forever(), name="kct-kafka-readiness")
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="kct-kafka-lost-reports")
@@ -225,9 +224,14 @@ class KafkaSink:
         if self._fatal.is_set():
             self._unwatch_producer()
             self._replace_producer(producer)
-            self._watch_producer()
+            if not self._watch_producer():  # not expected (same library, same type), but never unserved
+                self._start_poller()
             if self._reports is not None:
                 self._reports.drain()  # the dead producer's purged records, failed now
+
+    def _start_poller(self) -> None:
+        self._poller = threading.Thread(target=self._poll_forever, name="kct-kafka-poll", daemon=True)
+        self._poller.start()
 
     def _poll_forever(self) -> None:
         while not self._stop.is_set():

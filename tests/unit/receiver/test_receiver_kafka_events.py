@@ -91,3 +91,26 @@ async def test_sink_fails_an_undeliverable_push_with_503_in_both_modes(
     if not event_fd:
         assert all(not t.is_alive() for t in pollers)
     assert os.environ["KCT_RECEIVER_KAFKA_EVENT_FD"] == ("1" if event_fd else "0")
+
+
+async def test_a_fatal_producer_error_replaces_the_producer_and_the_new_one_is_watched(closed_port: int) -> None:
+    """Given the sink in event-fd mode, when librdkafka reports a fatal error (possible with idempotence),
+    then the loop replaces the producer, watches the new one's queue, and a push through it still gets
+    its report (503 kafka_timeout), not the lost-report sweep."""
+    config = KafkaSinkConfig(bootstrap_servers=f"127.0.0.1:{closed_port}", topic="kct-events-test",
+                             delivery_timeout_ms=500, readiness_timeout_ms=200)
+    sink = KafkaSink(config, 1_000_000)
+    await sink.start()
+    assert sink.reports_by_event_fd
+    old = sink._producer
+    sink._on_error(KafkaError(KafkaError._FATAL, "test: fatal", fatal=True))
+    sink._serve_producer()
+    assert sink.producer_replacements == 1 and sink._producer is not old
+    assert sink.reports_by_event_fd
+    sink._ready = True
+    started = time.monotonic()
+    with pytest.raises(Unavailable) as refused:
+        await asyncio.wait_for(sink.send(b"key", b"value", []), timeout=10)
+    assert refused.value.reason == "kafka_timeout"
+    assert time.monotonic() - started < 5
+    await sink.close(1.0)
