@@ -122,6 +122,8 @@ class KafkaSink:
         self._reports = DeliveryReports(asyncio.get_running_loop())
         if not self._watch_producer():
             self._start_poller()
+        log.info("kafka delivery reports served", extra={
+            "by": "event loop on librdkafka's eventfd" if self._watch is not None else "polling thread"})
         await self._probe_once()
         self._prober = asyncio.create_task(self._probe_forever(), name="kct-kafka-readiness")
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="kct-kafka-lost-reports")
