@@ -46,6 +46,9 @@ __all__ = [
     "submitted_by_spark_submit",
 ]
 
+# Compiled classes Spark keeps (spark.sql.codegen.cache.maxEntries, static): more than a run of the job uses.
+_CODEGEN_CACHE_ENTRIES = 1000
+
 TABLES = ("client_metrics", "rollups", "terminations", "alerts", "client_metrics_hourly")
 # Tables are partitioned by date only: a folder per metric made each write (a micro-batch, a batch task)
 # produce one small file per metric it held. Rows are clustered by metric inside each file instead (sorted),
@@ -140,6 +143,10 @@ def build_session(cfg: AggregationConfig) -> Any:
         # collect_list makes the window aggregation an ObjectHashAggregate, which by default falls back to
         # sorting after 128 groups per task; series x windows are far more: measured ~2x faster with this.
         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "200000")
+        # Spark keeps 100 compiled classes (whole-stage code, projections, orderings); one run of the job
+        # generates more, so every micro-batch compiled them all again with Janino and the JVM JIT-compiled
+        # the new classes again: ~14 of ~54 JVM CPU-seconds per warm 1M-point batch (bench/spark_throughput.py).
+        .config("spark.sql.codegen.cache.maxEntries", str(_CODEGEN_CACHE_ENTRIES))
     )
     # Local paths only (never spark.jars.packages, which resolves over the network when the job starts).
     jars = connector_jars()
