@@ -1,7 +1,7 @@
 """Spark aggregation throughput: the job end to end next to a bare Spark groupBy, and the demo-sized run.
 
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092 .venv/bin/python bench/spark_throughput.py [--pushes 10000]
-        [--clients 200] [--partitions 46] [--decoder auto|jvm|python] [--no-stream] [--stages]
+        [--clients 200] [--partitions 46] [--decoder auto|jvm|python] [--no-stream] [--stages] [--jobs]
         [--source KEY=VALUE ...]
 
 Fills a fresh topic with realistic pushes (~100 data points each: the standard producer metrics plus 46
@@ -17,10 +17,12 @@ partitions' series, like KIP-714's sizing example) and, in one local[2] SparkSes
 
 With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points),
 `aggregate` (cached points -> client_metrics, noop sink), `rollups` (cached client_metrics -> rollups, noop
-sink) and `write` (cached client_metrics -> Parquet). Each line prints seconds, records/s and data
-points/s. `--source KEY=VALUE` adds keys to the job's `source:` config (e.g. to replay an older checkout's
-options). The figures are for this 2-core machine shared with other work: compare runs made in the same
-conditions, not absolute values.
+sink) and `write` (cached client_metrics -> Parquet). With --jobs, after batch and stream: how many Spark jobs
+they ran, their tasks' CPU-seconds, and the JVM's CPU-seconds by thread kind (JIT compilers, GC, task
+threads, other): on this machine a run's JIT compilation alone costs a third of its CPU. Each line prints
+seconds, records/s and data points/s. `--source KEY=VALUE` adds keys to the job's `source:` config (e.g.
+to replay an older checkout's options). The figures are for this 2-core machine shared with other work:
+compare runs made in the same conditions, not absolute values.
 """
 
 from __future__ import annotations
@@ -87,6 +89,57 @@ def jvm_cpu_seconds() -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def jvm_thread_cpu() -> dict[str, float]:
+    """CPU-seconds per live JVM thread kind: JIT compilers (`jit`), garbage collection (`gc`), Spark's task
+    threads (`tasks`), the rest (`other`); threads that ended are not counted."""
+    out = {"jit": 0.0, "gc": 0.0, "tasks": 0.0, "other": 0.0}
+    if not _JVM_CPU:
+        return out
+    root = Path(f"/proc/{_JVM_CPU[0]}/task")
+    for task in root.iterdir() if root.is_dir() else []:
+        try:
+            raw = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1: raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        kind = ("jit" if "CompilerThre" in name else "gc" if name.startswith(("GC Thread", "G1 ")) else
+                "tasks" if name.startswith("Executor task") else "other")
+        out[kind] += cpu
+    return out
+
+
+def spark_jobs(spark: Any) -> tuple[int, float]:
+    """Spark jobs run so far and their tasks' CPU-seconds (the status store, kept without the UI too)."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    jobs = store.jobsList(None)
+    stages: set[int] = set()
+    for i in range(jobs.size()):
+        ids = jobs.apply(i).stageIds()
+        stages.update(int(ids.apply(k)) for k in range(ids.size()))
+    cpu = 0.0
+    for stage in stages:
+        try:
+            data = store.lastStageAttempt(stage)
+        except Exception:  # a stage that never ran (skipped) has no attempt
+            continue
+        cpu += data.executorCpuTime() / 1e9
+    return int(jobs.size()), cpu
+
+
+def jobs_line(spark: Any, before: tuple[tuple[int, float], dict[str, float]], enabled: bool) -> None:
+    """`--jobs`: what the step just timed cost in Spark jobs and JVM threads."""
+    if not enabled:
+        return
+    (jobs0, task_cpu0), threads0 = before
+    jobs1, task_cpu1 = spark_jobs(spark)
+    threads1 = jvm_thread_cpu()
+    kinds = ", ".join(f"{k} {threads1[k] - threads0[k]:.1f}" for k in threads1)
+    print(f"  {'':<10} {jobs1 - jobs0} Spark jobs, tasks' CPU {task_cpu1 - task_cpu0:.1f} s; "
+          f"JVM threads CPU-s: {kinds}", flush=True)
 
 
 def line(label: str, took: float, records: int, points: int, note: str = "", cpu: float | None = None) -> None:
@@ -158,6 +211,8 @@ def main() -> int:
                         help="extra key of the job's source config (repeatable)")
     parser.add_argument("--no-stream", action="store_true", help="skip the Structured Streaming run")
     parser.add_argument("--stages", action="store_true", help="also time read, decode and aggregate alone")
+    parser.add_argument("--jobs", action="store_true",
+                        help="after batch and stream: Spark jobs, their tasks' CPU, JIT/GC/task thread CPU")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = parser.parse_args()
     extra_source = dict(kv.split("=", 1) for kv in args.source)
@@ -194,9 +249,11 @@ def main() -> int:
         line("demo", took, demo_records, demo_points, "(run_batch, first job after JVM start)", _LAST_CPU[0])
         figures["demo_seconds"] = round(took, 2)
 
+        before = (spark_jobs(spark), jvm_thread_cpu())
         took, counts = timed(lambda: run_batch(spark, cfg))
         points = int(counts["points"])
         line("batch", took, records, points, cpu=_LAST_CPU[0])
+        jobs_line(spark, before, args.jobs)
         figures["batch_points_s"] = round(points / took)
         figures["batch_cpu_s"] = _LAST_CPU[0] and round(_LAST_CPU[0], 1)
 
@@ -208,8 +265,10 @@ def main() -> int:
                 for query in run_stream(spark, stream_cfg):
                     query.awaitTermination()
 
+            before = (spark_jobs(spark), jvm_thread_cpu())
             took, _ = timed(stream)
             line("stream", took, records, points, cpu=_LAST_CPU[0])
+            jobs_line(spark, before, args.jobs)
             figures["stream_points_s"] = round(points / took)
             figures["stream_cpu_s"] = _LAST_CPU[0] and round(_LAST_CPU[0], 1)
 

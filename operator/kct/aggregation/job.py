@@ -46,6 +46,9 @@ __all__ = [
     "submitted_by_spark_submit",
 ]
 
+# Compiled classes Spark keeps (spark.sql.codegen.cache.maxEntries, static): more than a run of the job uses.
+_CODEGEN_CACHE_ENTRIES = 1000
+
 TABLES = ("client_metrics", "rollups", "terminations", "alerts", "client_metrics_hourly")
 # Tables are partitioned by date only: a folder per metric made each write (a micro-batch, a batch task)
 # produce one small file per metric it held. Rows are clustered by metric inside each file instead (sorted),
@@ -140,6 +143,10 @@ def build_session(cfg: AggregationConfig) -> Any:
         # collect_list makes the window aggregation an ObjectHashAggregate, which by default falls back to
         # sorting after 128 groups per task; series x windows are far more: measured ~2x faster with this.
         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "200000")
+        # Spark keeps 100 compiled classes (whole-stage code, projections, orderings); one run of the job
+        # generates more, so every micro-batch compiled them all again with Janino and the JVM JIT-compiled
+        # the new classes again: ~14 of ~54 JVM CPU-seconds per warm 1M-point batch (bench/spark_throughput.py).
+        .config("spark.sql.codegen.cache.maxEntries", str(_CODEGEN_CACHE_ENTRIES))
     )
     # Local paths only (never spark.jars.packages, which resolves over the network when the job starts).
     jars = connector_jars()
@@ -386,6 +393,24 @@ def _terminations_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[
     return write
 
 
+def _terminating_header() -> Any:
+    """Records whose broker labels say the client is terminating (any `terminating` header saying true: a
+    superset of what the decoder reads, the last such header)."""
+    from pyspark.sql import functions as F
+
+    flag = "', '".join(sorted({L.TERMINATING.name, L.TERMINATING.http_header}))
+    return F.expr(f"exists(headers, h -> lower(h.key) IN ('{flag}') AND lower(CAST(h.value AS STRING)) = 'true')")
+
+
+def _may_terminate() -> Any:
+    """Records that may hold a termination (`transforms.terminations`): a terminating header, or a metric
+    named `...client.terminating`, whose name the push holds as plain UTF-8 bytes (a protobuf string). A
+    superset: the points of the records it keeps are filtered exactly by `terminations`."""
+    from pyspark.sql import functions as F
+
+    return _terminating_header() | F.col("value").contains(F.lit(b"client.terminating"))
+
+
 def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     """Start the streaming queries; with `untilDrained` wait until both drained the topic."""
     from pyspark.sql import functions as F
@@ -393,10 +418,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     points = decode_records(read_records(spark, cfg, streaming=True), cfg)
     # Only terminating pushes matter here (KIP-714 sends client.terminating in the final push): filter on the
     # record header before decoding, so this second query does not decode every push again.
-    flag = "', '".join(sorted({L.TERMINATING.name, L.TERMINATING.http_header}))
-    final_pushes = read_records(spark, cfg, streaming=True).where(
-        F.expr(f"exists(headers, h -> lower(h.key) IN ('{flag}') AND lower(CAST(h.value AS STRING)) = 'true')")
-    )
+    final_pushes = read_records(spark, cfg, streaming=True).where(_terminating_header())
     ending = decode_records(final_pushes, cfg).where(
         F.col("terminating") | F.col("metric").endswith("client.terminating")
     )
@@ -422,42 +444,51 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     return queries
 
 
-def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str) -> int:
-    """Write a table and return its row count, counted while writing (an observed metric, no second job)."""
+def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str,
+                   observed_sums: tuple[str, ...] = ()) -> dict[str, int]:
+    """Write a table; return its row count (`rows`) and the sums of `observed_sums` columns, counted while
+    writing (an observed metric, no second job)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     observed = Observation(f"kct_{table}_rows")
-    _write(df.observe(observed, F.count(F.lit(1)).alias("rows")), cfg, table, mode)
-    return int(observed.get.get("rows", 0))
+    metrics = [F.count(F.lit(1)).alias("rows"), *(F.sum(c).alias(c) for c in observed_sums)]
+    _write(df.observe(observed, *metrics), cfg, table, mode)
+    return {name: int(observed.get.get(name) or 0) for name in ("rows", *observed_sums)}
 
 
 def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
-    """Aggregate everything currently in the topic; overwrite the outputs; rows written per table."""
+    """Aggregate everything currently in the topic; overwrite the outputs; rows written per table.
+
+    The topic is read once (its records kept, they are small next to their points) and decoded once for
+    client_metrics, which every other output but terminations derives from (kept too); terminations decode
+    only the records that may hold one. `points` is the sum of client_metrics' `points`, counted while
+    writing it (every point is in exactly one window's row), so no job counts the decoded points."""
     from kct.aggregation.transforms import aggregate_client_metrics, alerts, rollups, terminations
 
-    points = decode_records(read_records(spark, cfg, streaming=False), cfg).persist()
+    records = read_records(spark, cfg, streaming=False).persist()
     try:
         metrics = aggregate_client_metrics(
-            points, window_seconds=cfg.window.size_seconds, lookback_windows=cfg.window.counter_lookback_windows,
+            decode_records(records, cfg), window_seconds=cfg.window.size_seconds,
+            lookback_windows=cfg.window.counter_lookback_windows,
         ).persist()
-        counts = {"points": points.count()}
+        written = _write_counted(metrics, cfg, "client_metrics", "overwrite", observed_sums=("points",))
+        counts = {"points": written["points"], "client_metrics": written["rows"]}
         outputs = {
-            "client_metrics": metrics,
             "rollups": rollups(metrics),
-            "terminations": terminations(points),
+            "terminations": terminations(decode_records(records.where(_may_terminate()), cfg)),
             "alerts": alerts(metrics, cfg.rules),
         }
         for table, df in outputs.items():
             if df is None:
                 continue
-            counts[table] = _write_counted(df, cfg, table, "overwrite")
+            counts[table] = _write_counted(df, cfg, table, "overwrite")["rows"]
         if cfg.kafka_output is not None:
             _send_to_kafka(metrics, cfg.kafka_output)
         metrics.unpersist()
         return counts
     finally:
-        points.unpersist()
+        records.unpersist()
 
 
 def run_hourly(spark: Any, cfg: AggregationConfig) -> int:
