@@ -20,7 +20,7 @@ from kct.receiver.config import (
     parse_receiver_config,
     resolve_env,
 )
-from kct.receiver.kafka_sink import producer_config
+from kct.receiver.kafka_sink import producer_config, quiet_producer_config
 from kct.receiver.privacy import AttributeFilter
 
 REPO = Path(__file__).resolve().parents[3]
@@ -88,16 +88,21 @@ def test_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         resolve_env("KCT_SURELY_UNSET", "auth.bearerTokenEnv")
 
 
-def test_producer_sends_at_once_when_quiet_and_batches_behind_one_request_under_load() -> None:
-    """Given the default sink config, then no linger and one produce request in flight per broker (a quiet
-    receiver answers without waiting out a linger, a busy one batches behind the request in flight);
-    given the user's own values in producerProperties, then theirs are used."""
-    default = producer_config(KafkaSinkConfig(bootstrap_servers="k:9092"), 1_000_000)
-    assert default["linger.ms"] == 0
-    assert default["max.in.flight.requests.per.connection"] == 1
-    tuned = producer_config(KafkaSinkConfig(bootstrap_servers="k:9092", producer_properties={
-        "linger.ms": 5, "max.in.flight.requests.per.connection": 5}), 1_000_000)
-    assert (tuned["linger.ms"], tuned["max.in.flight.requests.per.connection"]) == (5, 5)
+def test_quiet_producer_sends_at_once_and_the_busy_one_lingers() -> None:
+    """Given the default sink config, then the busy producer lingers 1 ms (batches under load) and the quiet
+    one neither lingers nor has more than one request in flight (a quiet push is sent at once); given the
+    user's own linger (either name), then there is no quiet producer and their value is used."""
+    config = KafkaSinkConfig(bootstrap_servers="k:9092")
+    busy = producer_config(config, 1_000_000)
+    assert busy["linger.ms"] == 1 and "max.in.flight.requests.per.connection" not in busy
+    quiet = quiet_producer_config(busy, config)
+    assert quiet is not None
+    assert (quiet["linger.ms"], quiet["max.in.flight.requests.per.connection"]) == (0, 1)
+    assert quiet["enable.idempotence"] is True and quiet["acks"] == "all"
+    for key in ("linger.ms", "queue.buffering.max.ms"):
+        own = KafkaSinkConfig(bootstrap_servers="k:9092", producer_properties={key: 5})
+        assert quiet_producer_config(producer_config(own, 1_000_000), own) is None
+        assert producer_config(own, 1_000_000)[key] == 5
 
 
 # -- privacy ---------------------------------------------------------------------------------------------

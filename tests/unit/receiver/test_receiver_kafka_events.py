@@ -78,7 +78,7 @@ async def test_sink_fails_an_undeliverable_push_with_503_in_both_modes(
     sink = KafkaSink(config, 1_000_000)
     await sink.start()
     assert sink.reports_by_event_fd is event_fd
-    pollers = [t for t in threading.enumerate() if t.name == "kct-kafka-poll" and t.is_alive()]
+    pollers = [t for t in threading.enumerate() if t.name.startswith("kct-kafka-poll") and t.is_alive()]
     assert bool(pollers) is not event_fd
     sink._ready = True  # the probe failed (no broker): let the push through to librdkafka anyway
     started = time.monotonic()
@@ -102,10 +102,12 @@ async def test_a_fatal_producer_error_replaces_the_producer_and_the_new_one_is_w
     sink = KafkaSink(config, 1_000_000)
     await sink.start()
     assert sink.reports_by_event_fd
-    old = sink._producer
-    sink._on_error(KafkaError(KafkaError._FATAL, "test: fatal", fatal=True))
-    sink._serve_producer()
-    assert sink.producer_replacements == 1 and sink._producer is not old
+    for lane in sink._lanes:
+        old = lane.producer
+        lane._on_error(KafkaError(KafkaError._FATAL, "test: fatal", fatal=True))
+        lane.serve()
+        assert lane.producer is not old
+    assert sink.producer_replacements == 2
     assert sink.reports_by_event_fd
     sink._ready = True
     started = time.monotonic()
@@ -114,3 +116,25 @@ async def test_a_fatal_producer_error_replaces_the_producer_and_the_new_one_is_w
     assert refused.value.reason == "kafka_timeout"
     assert time.monotonic() - started < 5
     await sink.close(1.0)
+
+
+async def test_quiet_pushes_take_the_quiet_producer_and_busy_ones_the_batching_one(closed_port: int) -> None:
+    """Given the sink, when three pushes are sent at once, then the first two (fewer than 2 others awaiting
+    reports) are produced by the quiet producer (no linger) and the third by the busy one (linger); given
+    the user's own linger.ms, then there is only their producer."""
+    config = KafkaSinkConfig(bootstrap_servers=f"127.0.0.1:{closed_port}", topic="kct-events-test",
+                             delivery_timeout_ms=500, readiness_timeout_ms=200)
+    sink = KafkaSink(config, 1_000_000)
+    await sink.start()
+    sink._ready = True
+    assert sink._quiet is not None
+    sends = [asyncio.ensure_future(sink.send(b"k%d" % i, b"v", [])) for i in range(3)]
+    await asyncio.sleep(0)  # each send has produced its record and awaits its report
+    assert (len(sink._quiet.producer), len(sink._busy.producer)) == (2, 1)
+    results = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), timeout=10)
+    assert all(isinstance(r, Unavailable) and r.reason == "kafka_timeout" for r in results)
+    await sink.close(1.0)
+    own_linger = KafkaSinkConfig(bootstrap_servers=f"127.0.0.1:{closed_port}", topic="kct-events-test",
+                                 producer_properties={"linger.ms": 5})
+    single = KafkaSink(own_linger, 1_000_000)
+    assert single._quiet is None and [lane.name for lane in single._lanes] == ["busy"]
