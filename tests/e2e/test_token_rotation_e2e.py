@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -102,6 +103,19 @@ def _rejections(metrics_url: str) -> dict[str, float]:
             reason = labels.split('reason="', 1)[1].split('"', 1)[0]
             out[reason] = out.get(reason, 0.0) + float(value)
     return out
+
+
+def _rotation_times(log_path: Path) -> list[float]:
+    """When the receiver logged "bearer token rotated", as epoch seconds (its JSON lines carry UTC, to the ms)."""
+    times = []
+    for line in log_path.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if entry.get("message") == "bearer token rotated":
+            stamp = datetime.strptime(entry["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+            times.append(stamp.timestamp())
+    return times
 
 
 @pytest.fixture
@@ -202,8 +216,13 @@ def test_pushes_through_the_plugin_are_never_refused_across_two_rotations(
             producer.flush(10)
         refused_during_load = _rejections(f"{base}/metrics").get("unauthenticated", 0.0)
 
-        # After the grace period the retired tokens are refused, the current one accepted.
-        time.sleep(max(0.0, marks["rotation2"] + GRACE_S + 1 - time.time()))
+        # After the grace period the retired tokens are refused, the current one accepted. The grace period
+        # runs from the moment the receiver noticed the change (logged), which is up to its check interval
+        # (1 s) plus the gap to the next push after the file changed.
+        noticed = _rotation_times(log_path)
+        assert len(noticed) == 2, log_path.read_text()[-3000:]
+        assert marks["rotation2"] <= noticed[1] + 0.01 <= marks["rotation2"] + 3, (marks, noticed)
+        time.sleep(max(0.0, noticed[1] + GRACE_S + 0.5 - time.time()))
         probes = {"A": _post(f"{base}/v1/metrics", token_a), "B": _post(f"{base}/v1/metrics", token_b),
                   "C": _post(f"{base}/v1/metrics", token_c)}
         assert receiver.poll() is None, "the receiver exited"
