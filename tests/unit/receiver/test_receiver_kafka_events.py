@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -118,6 +119,24 @@ async def test_a_fatal_producer_error_replaces_the_producer_and_the_new_one_is_w
     await sink.close(1.0)
 
 
+class _CountingProducer:
+    """A producer that counts the records produced through it."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self.produced = 0
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.produced += 1
+        self._producer.produce(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+
 async def test_quiet_pushes_take_the_quiet_producer_and_busy_ones_the_batching_one(closed_port: int) -> None:
     """Given the sink, when three pushes are sent at once, then the first two (fewer than 2 others awaiting
     reports) are produced by the quiet producer (no linger) and the third by the busy one (linger); given
@@ -128,9 +147,13 @@ async def test_quiet_pushes_take_the_quiet_producer_and_busy_ones_the_batching_o
     await sink.start()
     sink._ready = True
     assert sink._quiet is not None
+    # Records produced are counted at produce(): len(producer) also counts queued events (connection errors).
+    counted = {lane.name: _CountingProducer(lane.producer) for lane in sink._lanes}
+    for lane in sink._lanes:
+        lane.producer = counted[lane.name]  # type: ignore[assignment]
     sends = [asyncio.ensure_future(sink.send(b"k%d" % i, b"v", [])) for i in range(3)]
     await asyncio.sleep(0)  # each send has produced its record and awaits its report
-    assert (len(sink._quiet.producer), len(sink._busy.producer)) == (2, 1)
+    assert (counted["quiet"].produced, counted["busy"].produced) == (2, 1)
     results = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), timeout=10)
     assert all(isinstance(r, Unavailable) and r.reason == "kafka_timeout" for r in results)
     await sink.close(1.0)
@@ -138,3 +161,37 @@ async def test_quiet_pushes_take_the_quiet_producer_and_busy_ones_the_batching_o
                                  producer_properties={"linger.ms": 5})
     single = KafkaSink(own_linger, 1_000_000)
     assert single._quiet is None and [lane.name for lane in single._lanes] == ["busy"]
+
+
+class _FlushMeetsTheOther:
+    """A producer whose flush returns only once the other producer's flush has started too."""
+
+    def __init__(self, producer: Producer, barrier: threading.Barrier) -> None:
+        self._producer = producer
+        self._barrier = barrier
+
+    def flush(self, timeout: float) -> int:
+        self._barrier.wait()
+        return int(self._producer.flush(timeout))
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+
+async def test_close_flushes_both_producers_at_once(closed_port: int) -> None:
+    """Given the sink's two producers, when it closes, then they flush at the same time (with Kafka away a
+    shutdown waits the flush timeout once, not once per producer): each flush here waits for the other one
+    to start, which a flush after the other never would (the barrier breaks after 10 s)."""
+    config = KafkaSinkConfig(bootstrap_servers=f"127.0.0.1:{closed_port}", topic="kct-events-test",
+                             delivery_timeout_ms=500, readiness_timeout_ms=200)
+    sink = KafkaSink(config, 1_000_000)
+    await sink.start()
+    assert len(sink._lanes) == 2
+    barrier = threading.Barrier(len(sink._lanes), timeout=10)
+    real = [lane.producer for lane in sink._lanes]
+    for lane in sink._lanes:
+        lane.producer = _FlushMeetsTheOther(lane.producer, barrier)  # type: ignore[assignment]
+    await sink.close(1.0)
+    assert not barrier.broken
+    for lane, producer in zip(sink._lanes, real, strict=True):
+        lane.producer = producer
