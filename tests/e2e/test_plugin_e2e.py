@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from helpers import eventually
 from kafka.admin import KafkaAdminClient
 from plugin_support import client_metrics_subscription, otlp_endpoint
 
@@ -79,8 +80,19 @@ def test_client_pushes_reach_the_endpoint_with_labels(stack: Stack) -> None:
             if msg is not None and msg.error() is None:
                 consumed += 1
         producer.flush(10)
-        producer.close()
-        consumer.close()
+
+        def close_between_pushes(client: Any, client_id: str) -> None:
+            # librdkafka sends its terminating push only when closed with the next push scheduled, not while
+            # one is in flight (best effort, rd_kafka_telemetry_schedule_termination): close it just after a
+            # push reached the endpoint, once the broker's answer is back and the next push ~0.7 s away.
+            seen = len(endpoint.for_client(client_id))
+            eventually(lambda: len(endpoint.for_client(client_id)) > seen, timeout=10, interval=0.02,
+                       what=f"a push from {client_id}")
+            time.sleep(0.3)
+            client.close()
+
+        close_between_pushes(producer, producer_id)
+        close_between_pushes(consumer, consumer_id)
         # the terminating pushes are sent while the clients close; give the plugin a moment to forward them
         wait_until = time.monotonic() + 15
         while time.monotonic() < wait_until and not all(
