@@ -221,7 +221,7 @@ def test_pushes_through_the_plugin_are_never_refused_across_two_rotations(
         # (1 s) plus the gap to the next push after the file changed.
         noticed = _rotation_times(log_path)
         assert len(noticed) == 2, log_path.read_text()[-3000:]
-        assert marks["rotation2"] <= noticed[1] + 0.01 <= marks["rotation2"] + 3, (marks, noticed)
+        assert marks["rotation2"] <= noticed[1] + 0.01 <= marks["rotation2"] + 5, (marks, noticed)
         time.sleep(max(0.0, noticed[1] + GRACE_S + 0.5 - time.time()))
         probes = {"A": _post(f"{base}/v1/metrics", token_a), "B": _post(f"{base}/v1/metrics", token_b),
                   "C": _post(f"{base}/v1/metrics", token_c)}
