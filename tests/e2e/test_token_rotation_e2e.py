@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -113,7 +113,7 @@ def _rotation_times(log_path: Path) -> list[float]:
             continue
         entry = json.loads(line)
         if entry.get("message") == "bearer token rotated":
-            stamp = datetime.strptime(entry["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+            stamp = datetime.strptime(entry["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
             times.append(stamp.timestamp())
     return times
 
