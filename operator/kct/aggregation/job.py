@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kct.aggregation.config import AggregationConfig, KafkaOutputConfig
+from kct.aggregation.config import JOB_SPARK_CONF, AggregationConfig, KafkaOutputConfig
 from kct.otlp import labels as L
 
 __all__ = [
@@ -45,9 +45,6 @@ __all__ = [
     "run_stream",
     "submitted_by_spark_submit",
 ]
-
-# Compiled classes Spark keeps (spark.sql.codegen.cache.maxEntries, static): more than a run of the job uses.
-_CODEGEN_CACHE_ENTRIES = 1000
 
 TABLES = ("client_metrics", "rollups", "terminations", "alerts", "client_metrics_hourly")
 # Tables are partitioned by date only: a folder per metric made each write (a micro-batch, a batch task)
@@ -140,14 +137,11 @@ def build_session(cfg: AggregationConfig) -> Any:
         .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        # collect_list makes the window aggregation an ObjectHashAggregate, which by default falls back to
-        # sorting after 128 groups per task; series x windows are far more: measured ~2x faster with this.
-        .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "200000")
-        # Spark keeps 100 compiled classes (whole-stage code, projections, orderings); one run of the job
-        # generates more, so every micro-batch compiled them all again with Janino and the JVM JIT-compiled
-        # the new classes again: ~14 of ~54 JVM CPU-seconds per warm 1M-point batch (bench/spark_throughput.py).
-        .config("spark.sql.codegen.cache.maxEntries", str(_CODEGEN_CACHE_ENTRIES))
     )
+    # The job's tuning (config.JOB_SPARK_CONF: aggregation, compiled-class cache, the driver's JVM options,
+    # which apply when this creates the JVM, i.e. not under spark-submit).
+    for key, value in JOB_SPARK_CONF.items():
+        builder = builder.config(key, value)
     # Local paths only (never spark.jars.packages, which resolves over the network when the job starts).
     jars = connector_jars()
     decoder = decoder_jar() if cfg.source.decoder != "python" else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from kct.aggregation.config import JOB_SPARK_CONF
 from kct.render.names import COMPONENT_AGGREGATION, child_labels
 from kct.render.params import (
     AGGREGATION_CONFIG_DIR,
@@ -79,6 +80,7 @@ def _application_spec(params: ReceiverParams, *, streaming: bool) -> dict[str, A
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.metricsEnabled": "true",
         "spark.ui.prometheus.enabled": "true",
+        **JOB_SPARK_CONF,  # the job's tuning, as `kct aggregate` sets it on the sessions it creates
         **aggregation.spark_conf,
     }
     restart: dict[str, Any] = (
