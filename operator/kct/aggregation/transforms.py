@@ -54,6 +54,7 @@ __all__ = [
     "rollups",
     "sorted_points_of",
     "terminations",
+    "with_quantiles",
 ]
 
 SERIES_KEYS: tuple[str, ...] = (
@@ -119,6 +120,12 @@ def _with_quantiles(df: DataFrame, counts: str = "bucket_counts", bounds: str = 
     for name, _ in QUANTILES:
         df = df.withColumn(name, F.col(f"_q.{name}"))
     return df.drop("_q")
+
+
+def with_quantiles(df: DataFrame) -> DataFrame:
+    """Columns p50/p95/p99 from `bucket_counts` and `explicit_bounds` (`_with_quantiles`), for rows built
+    elsewhere (kct.aggregation.client_windows) to get the very same doubles."""
+    return _with_quantiles(df)
 
 
 def _ws_expr(size: int) -> Column:
