@@ -59,6 +59,9 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=46)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--only", choices=("sql", "jvm"), help="time one path only (quick iterations)")
+    parser.add_argument("--parts", action="store_true",
+                        help="also time ClientWindows' rows alone (jvm-raw) and the SQL path's decoding alone")
     args = parser.parse_args()
 
     from kct.aggregation.client_windows import client_metrics_from_records
@@ -92,22 +95,38 @@ def main() -> int:
                                                     lookback_windows=lookback),
             "jvm": lambda: client_metrics_from_records(raw, window_seconds=size, lookback_windows=lookback),
         }
+        if args.parts:
+            from pyspark.sql import DataFrame
+
+            from kct.aggregation.client_windows import label_spec
+
+            def jvm_raw() -> Any:  # ClientWindows' own rows, before the SQL-side columns (quantiles, dates)
+                jdf = spark._jvm.dev.kct.otlp.ClientWindows.aggregate(raw._jdf, size, lookback, label_spec())
+                return DataFrame(jdf, spark)
+
+            paths["jvm-raw"] = jvm_raw
+            paths["decode"] = lambda: decode_records(raw, cfg)  # the SQL path's decoding alone
+        if args.only:
+            paths = {k: v for k, v in paths.items() if k == args.only or k not in ("sql", "jvm")}
         best: dict[str, float] = {}
         for r in range(args.rounds):
             for name, build in paths.items():
                 took, _ = st.timed(lambda build=build: build().write.format("noop").mode("overwrite").save())
                 st.line(f"{name} #{r + 1}", took, n_records, n_points, "noop sink", st._LAST_CPU[0])
                 best[name] = min(best.get(name, took), took)
-        for name, build in paths.items():
+        for name in [n for n in ("sql", "jvm") if n in paths]:
+            build = paths[name]
             out = str(work / f"cm-{name}")
             took, _ = st.timed(lambda build=build, out=out: build().write.mode("overwrite").parquet(out))
             st.line(f"{name} pq", took, n_records, n_points, "client_metrics -> Parquet", st._LAST_CPU[0])
-        rows = {name: spark.read.parquet(str(work / f"cm-{name}")).count() for name in paths}
+        rows = {name: spark.read.parquet(str(work / f"cm-{name}")).count() for name in ("sql", "jvm") if name in paths}
         print(f"  client_metrics rows: {rows}", flush=True)
         points.unpersist()
         bare, n_bare = st.bare_groupby(spark, decode_records(raw, cfg), work, size)
         st.line("bare", bare, n_records, n_bare, "groupBy(window, series) over flat Parquet", st._LAST_CPU[0])
         for name, took in best.items():
+            if name not in ("sql", "jvm"):
+                continue
             print(f"  ratio {name} (best noop) / bare: {bare / took:.3f}", flush=True)
         spark.stop()
         return 0
