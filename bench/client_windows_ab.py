@@ -96,15 +96,10 @@ def main() -> int:
             "jvm": lambda: client_metrics_from_records(raw, window_seconds=size, lookback_windows=lookback),
         }
         if args.parts:
-            from pyspark.sql import DataFrame
+            from kct.aggregation.client_windows import client_windows_rows
 
-            from kct.aggregation.client_windows import label_spec
-
-            def jvm_raw() -> Any:  # ClientWindows' own rows, before the SQL-side columns (quantiles, dates)
-                jdf = spark._jvm.dev.kct.otlp.ClientWindows.aggregate(raw._jdf, size, lookback, label_spec())
-                return DataFrame(jdf, spark)
-
-            paths["jvm-raw"] = jvm_raw
+            # ClientWindows' own rows, before the SQL-side columns (quantiles, dates)
+            paths["jvm-raw"] = lambda: client_windows_rows(raw, window_seconds=size, lookback_windows=lookback)
             paths["decode"] = lambda: decode_records(raw, cfg)  # the SQL path's decoding alone
         if args.only:
             paths = {k: v for k, v in paths.items() if k == args.only or k not in ("sql", "jvm")}
