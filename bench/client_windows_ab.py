@@ -61,7 +61,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--only", choices=("sql", "jvm"), help="time one path only (quick iterations)")
     parser.add_argument("--parts", action="store_true",
-                        help="also time ClientWindows' rows alone (jvm-raw) and the SQL path's decoding alone")
+                        help="also time the SQL path's decoding alone")
     args = parser.parse_args()
 
     from kct.aggregation.client_windows import client_metrics_from_records
@@ -96,10 +96,6 @@ def main() -> int:
             "jvm": lambda: client_metrics_from_records(raw, window_seconds=size, lookback_windows=lookback),
         }
         if args.parts:
-            from kct.aggregation.client_windows import client_windows_rows
-
-            # ClientWindows' own rows, before the SQL-side columns (quantiles, dates)
-            paths["jvm-raw"] = lambda: client_windows_rows(raw, window_seconds=size, lookback_windows=lookback)
             paths["decode"] = lambda: decode_records(raw, cfg)  # the SQL path's decoding alone
         if args.only:
             paths = {k: v for k, v in paths.items() if k == args.only or k not in ("sql", "jvm")}

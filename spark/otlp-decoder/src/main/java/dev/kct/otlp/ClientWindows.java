@@ -10,6 +10,11 @@ import io.opentelemetry.proto.metrics.v1.ResourceMetrics;
 import io.opentelemetry.proto.metrics.v1.ScopeMetrics;
 import io.opentelemetry.proto.metrics.v1.SummaryDataPoint;
 import java.io.Serializable;
+import java.math.BigDecimal;
+import java.math.RoundingMode;
+import java.time.Instant;
+import java.time.LocalDate;
+import java.time.ZoneId;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -71,25 +76,53 @@ public final class ClientWindows {
    *     (the push) and {@code headers} (as Spark's Kafka source gives them)
    * @param labelSpec the broker labels, {@code name:header,header;...}: the client instance id column's
    *     name first, then the label columns in output order, each with the header names it is read from
+   * @param quantileSpec the quantile columns, {@code p50=0.5;...}
+   * @param timeZone the session time zone, in which {@code date} is the window start's date
    */
-  public static Dataset<Row> aggregate(
-      Dataset<Row> keyed, long windowSeconds, int lookbackWindows, String labelSpec) {
+  public static Dataset<Row> aggregate(Dataset<Row> keyed, long windowSeconds, int lookbackWindows,
+      String labelSpec, String quantileSpec, String timeZone) {
     Labels labels = Labels.parse(labelSpec);
+    Spec spec = new Spec(windowSeconds, lookbackWindows, timeZone, quantileSpec);
     org.apache.spark.sql.classic.Dataset<Row> sorted = (org.apache.spark.sql.classic.Dataset<Row>) keyed
         .select("_cid", "value", "headers")
         .repartition(functions.col("_cid"))
         .sortWithinPartitions("_cid");
     RDD<InternalRow> records = sorted.queryExecution().toRdd();
-    RDD<InternalRow> rows =
-        records.toJavaRDD().mapPartitions(new PerClient(labels, windowSeconds, lookbackWindows)).rdd();
-    return sorted.sparkSession().internalCreateDataFrame(rows, schema(labels), false);
+    RDD<InternalRow> rows = records.toJavaRDD().mapPartitions(new PerClient(labels, spec)).rdd();
+    return sorted.sparkSession().internalCreateDataFrame(rows, schema(labels, spec), false);
+  }
+
+  /** What the rows are computed with: window size, look-back, the session's time zone (for `date`) and the
+   * quantiles, {@code name=q;...} with q as the SQL path writes it (a decimal literal there). */
+  static final class Spec implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final long size;
+    final int lookback;
+    final String zone;
+    final String[] quantileNames;
+    final BigDecimal[] quantiles;
+
+    Spec(long size, int lookback, String zone, String quantileSpec) {
+      this.size = size;
+      this.lookback = lookback;
+      this.zone = zone;
+      String[] parts = quantileSpec.split(";");
+      quantileNames = new String[parts.length];
+      quantiles = new BigDecimal[parts.length];
+      for (int i = 0; i < parts.length; i++) {
+        String[] nq = parts[i].split("=", 2);
+        quantileNames[i] = nq[0];
+        quantiles[i] = new BigDecimal(nq[1]);
+      }
+    }
   }
 
   /** The output columns (see the class comment): the instance id and label columns are named as in {@code labels}. */
-  static StructType schema(Labels labels) {
+  static StructType schema(Labels labels, Spec spec) {
     List<StructField> fields = new ArrayList<>();
-    fields.add(DataTypes.createStructField("_ws", DataTypes.LongType, false));
-    fields.add(DataTypes.createStructField("_last_us", DataTypes.LongType, false));
+    fields.add(DataTypes.createStructField("window_start", DataTypes.TimestampType, true));
+    fields.add(DataTypes.createStructField("window_end", DataTypes.TimestampType, true));
+    fields.add(DataTypes.createStructField("date", DataTypes.StringType, true));
     fields.add(DataTypes.createStructField(labels.instanceLabel, DataTypes.StringType, true));
     for (String name : labels.names) {
       fields.add(DataTypes.createStructField(name, DataTypes.StringType, true));
@@ -103,7 +136,8 @@ public final class ClientWindows {
     fields.add(DataTypes.createStructField("attributes", stringMap(), true));
     fields.add(DataTypes.createStructField("attributes_key", DataTypes.StringType, true));
     fields.add(DataTypes.createStructField("points", DataTypes.LongType, false));
-    for (String name : new String[] {"value_last", "value_min", "value_max", "value_avg", "delta"}) {
+    fields.add(DataTypes.createStructField("last_time", DataTypes.TimestampType, true));
+    for (String name : new String[] {"value_last", "value_min", "value_max", "value_avg", "delta", "rate"}) {
       fields.add(DataTypes.createStructField(name, DataTypes.DoubleType, true));
     }
     fields.add(DataTypes.createStructField("resets", DataTypes.IntegerType, true));
@@ -113,6 +147,9 @@ public final class ClientWindows {
         "explicit_bounds", DataTypes.createArrayType(DataTypes.DoubleType, true), true));
     fields.add(DataTypes.createStructField(
         "bucket_counts", DataTypes.createArrayType(DataTypes.LongType, true), true));
+    for (String name : spec.quantileNames) {
+      fields.add(DataTypes.createStructField(name, DataTypes.DoubleType, true));
+    }
     return DataTypes.createStructType(fields);
   }
 
@@ -183,13 +220,11 @@ public final class ClientWindows {
   static final class PerClient implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
     private static final long serialVersionUID = 1L;
     private final Labels labels;
-    private final long size;
-    private final int lookback;
+    private final Spec spec;
 
-    PerClient(Labels labels, long size, int lookback) {
+    PerClient(Labels labels, Spec spec) {
       this.labels = labels;
-      this.size = size;
-      this.lookback = lookback;
+      this.spec = spec;
     }
 
     @Override
@@ -231,7 +266,7 @@ public final class ClientWindows {
           }
           List<InternalRow> out = new ArrayList<>();
           for (Series series : client.series()) {
-            series.emit(instance, size, lookback, out);
+            series.emit(instance, spec, out);
           }
           ready.addAll(out);
         }
@@ -513,7 +548,9 @@ public final class ClientWindows {
       return order;
     }
 
-    void emit(UTF8String instance, long size, int lookback, List<InternalRow> out) {
+    void emit(UTF8String instance, Spec spec, List<InternalRow> out) {
+      long size = spec.size;
+      int lookback = spec.lookback;
       long sizeNanos = size * 1_000_000_000L;
       Window w = null;
       int prev = -1;
@@ -521,7 +558,7 @@ public final class ClientWindows {
         long ws = (time[j] / sizeNanos) * size;
         if (w == null || w.ws != ws) {
           if (w != null) {
-            out.add(w.row(instance, size));
+            out.add(w.row(instance, spec));
           }
           w = new Window(this, ws);
         }
@@ -529,7 +566,7 @@ public final class ClientWindows {
         prev = j;
       }
       if (w != null) {
-        out.add(w.row(instance, size));
+        out.add(w.row(instance, spec));
       }
     }
   }
@@ -643,16 +680,17 @@ public final class ClientWindows {
       return out;
     }
 
-    InternalRow row(UTF8String instance, long size) {
+    InternalRow row(UTF8String instance, Spec spec) {
       String type = s.key.type();
       boolean isSum = type.equals("sum");
       boolean snapshot = type.equals("exponential_histogram") || type.equals("summary");
       boolean lastSnapshot = "cumulative".equals(s.key.temporality()) || type.equals("summary");
       Push push = (Push) s.push[last];
-      Object[] v = new Object[2 + push.labels.length + 23];
+      Object[] v = new Object[3 + push.labels.length + 25 + spec.quantiles.length];
       int k = 0;
-      v[k++] = ws;
-      v[k++] = lastTimeMicros;
+      v[k++] = ws * 1_000_000L; // timestamp_seconds(_ws)
+      v[k++] = (ws + spec.size) * 1_000_000L;
+      v[k++] = UTF8String.fromString(LocalDate.ofInstant(Instant.ofEpochSecond(ws), ZoneId.of(spec.zone)).toString());
       v[k++] = instance;
       for (int i = 1; i < push.labels.length; i++) {
         v[k++] = push.labels[i];
@@ -668,12 +706,15 @@ public final class ClientWindows {
       v[k++] = mapData(attributes);
       v[k++] = utf8(s.attributesKey);
       v[k++] = points;
+      v[k++] = lastTimeMicros;
       boolean values = s.numeric;
       v[k++] = values ? (Object) s.value[last] : null;
       v[k++] = values ? (Object) min : null;
       v[k++] = values ? (Object) max : null;
       v[k++] = values ? (Object) (valueSum / points) : null;
-      v[k++] = isSum ? (Object) (cumulative ? incV : valueSum) : null;
+      Double delta = isSum ? (Double) (cumulative ? incV : valueSum) : null;
+      v[k++] = delta;
+      v[k++] = delta == null ? null : (Object) (delta / (double) spec.size);
       v[k++] = cumulative ? (Object) (int) incR : (isSum || s.histogram) ? (Object) 0 : null;
       Object count = null;
       Object total = null;
@@ -686,16 +727,69 @@ public final class ClientWindows {
       }
       v[k++] = count;
       v[k++] = total;
+      List<Double> bounds = null;
       if (s.histogram) {
         @SuppressWarnings("unchecked")
-        List<Double> bounds = (List<Double>) s.bounds[last];
+        List<Double> b = (List<Double>) s.bounds[last];
+        bounds = b;
         v[k++] = new GenericArrayData(bounds.toArray());
         v[k++] = new GenericArrayData(buckets);
       } else {
         v[k++] = null;
         v[k++] = null;
       }
+      long[] cumulativeCounts = s.histogram ? Quantiles.cumulative(buckets, bounds) : null;
+      for (BigDecimal q : spec.quantiles) {
+        v[k++] = cumulativeCounts == null ? null : Quantiles.estimate(q, buckets, cumulativeCounts, bounds);
+      }
       return new GenericInternalRow(Arrays.copyOf(v, k));
+    }
+  }
+
+  /**
+   * {@code transforms._with_quantiles} in Java, to the bit: the rank {@code q * total} and the fraction of
+   * the bucket below it are Spark decimals there ({@code q} is a decimal literal), the fraction a
+   * {@code DECIMAL(38, 16)} (Spark's type for that division: computed to 39 places, then rounded, both
+   * half up), turned into a double before the interpolation in doubles.
+   */
+  static final class Quantiles {
+    private Quantiles() {}
+
+    /** The running totals of the bucket counts, or null when the SQL gives no quantiles (no bounds, a null
+     * count, a total not above 0). */
+    static long[] cumulative(Long[] counts, List<Double> bounds) {
+      if (counts == null || bounds == null || bounds.isEmpty()) {
+        return null;
+      }
+      long[] cum = new long[counts.length];
+      long total = 0;
+      for (int i = 0; i < counts.length; i++) {
+        if (counts[i] == null) {
+          return null;
+        }
+        total += counts[i];
+        cum[i] = total;
+      }
+      return total > 0 ? cum : null;
+    }
+
+    static Double estimate(BigDecimal q, Long[] counts, long[] cum, List<Double> bounds) {
+      BigDecimal target = q.multiply(BigDecimal.valueOf(cum[cum.length - 1]));
+      int i = 0;
+      while (i < cum.length && BigDecimal.valueOf(cum[i]).compareTo(target) < 0) {
+        i++;
+      }
+      if (i == cum.length || i - 1 >= bounds.size()) {
+        return null; // no bucket reaches the rank, or counts beyond the bounds: null in SQL too
+      }
+      int n = bounds.size();
+      double lower = i == 0 ? (compareDoubles(bounds.get(0), 0.0) < 0 ? bounds.get(0) : 0.0) : bounds.get(i - 1);
+      double upper = i >= n ? bounds.get(n - 1) : bounds.get(i);
+      long below = i == 0 ? 0L : cum[i - 1];
+      BigDecimal fraction = target.subtract(BigDecimal.valueOf(below))
+          .divide(BigDecimal.valueOf(counts[i]), 39, RoundingMode.HALF_UP)
+          .setScale(16, RoundingMode.HALF_UP);
+      return lower + (upper - lower) * fraction.doubleValue();
     }
   }
 }
