@@ -80,10 +80,29 @@ public final class ClientWindows {
    */
   public static Dataset<Row> aggregate(Dataset<Row> keyed, long windowSeconds, int lookbackWindows,
       String labelSpec, String quantileSpec, String timeZone) {
+    return aggregate(keyed, null, false, windowSeconds, lookbackWindows, labelSpec, quantileSpec, timeZone);
+  }
+
+  /**
+   * As {@link #aggregate(Dataset, long, int, String, String, String)}, for a stream: {@code previous} (may be
+   * null) holds each cumulative series' last point from earlier micro-batches ({@code LAST_POINT_COLUMNS}
+   * of {@code transforms}), which a series' first point here pairs with; with {@code withLast}, the rows
+   * also hold each cumulative series' newest point (a point here, or its {@code previous} row): column
+   * {@code _kind} is 0 for client_metrics rows, 1 for last points (their LAST_POINT_COLUMNS filled, with
+   * {@code time_unix_nano}, {@code start_time_unix_nano} and {@code value} as extra columns).
+   */
+  public static Dataset<Row> aggregate(Dataset<Row> keyed, Dataset<Row> previous, boolean withLast,
+      long windowSeconds, int lookbackWindows, String labelSpec, String quantileSpec, String timeZone) {
     Labels labels = Labels.parse(labelSpec);
-    Spec spec = new Spec(windowSeconds, lookbackWindows, timeZone, quantileSpec);
-    org.apache.spark.sql.classic.Dataset<Row> sorted = (org.apache.spark.sql.classic.Dataset<Row>) keyed
-        .select("_cid", "value", "headers")
+    Spec spec = new Spec(windowSeconds, lookbackWindows, timeZone, quantileSpec, labels.names.length, withLast);
+    Dataset<Row> input = keyed.select("_cid", "value", "headers");
+    if (previous != null) {
+      Dataset<Row> seeds = previous.select(functions.col("client_instance_id").as("_cid"), functions.struct(
+          "metric", "type", "temporality", "monotonic", "attributes_key", "explicit_bounds", "time_unix_nano",
+          "start_time_unix_nano", "value", "count", "sum", "bucket_counts").as("_seed"));
+      input = input.unionByName(seeds, true);
+    }
+    org.apache.spark.sql.classic.Dataset<Row> sorted = (org.apache.spark.sql.classic.Dataset<Row>) input
         .repartition(functions.col("_cid"))
         .sortWithinPartitions("_cid");
     RDD<InternalRow> records = sorted.queryExecution().toRdd();
@@ -100,11 +119,15 @@ public final class ClientWindows {
     final String zone;
     final String[] quantileNames;
     final BigDecimal[] quantiles;
+    final int labelCount;
+    final boolean withLast;
 
-    Spec(long size, int lookback, String zone, String quantileSpec) {
+    Spec(long size, int lookback, String zone, String quantileSpec, int labelCount, boolean withLast) {
       this.size = size;
       this.lookback = lookback;
       this.zone = zone;
+      this.labelCount = labelCount;
+      this.withLast = withLast;
       String[] parts = quantileSpec.split(";");
       quantileNames = new String[parts.length];
       quantiles = new BigDecimal[parts.length];
@@ -148,6 +171,12 @@ public final class ClientWindows {
         "bucket_counts", DataTypes.createArrayType(DataTypes.LongType, true), true));
     for (String name : spec.quantileNames) {
       fields.add(DataTypes.createStructField(name, DataTypes.DoubleType, true));
+    }
+    if (spec.withLast) {
+      fields.add(DataTypes.createStructField("_kind", DataTypes.IntegerType, false));
+      fields.add(DataTypes.createStructField("time_unix_nano", DataTypes.LongType, true));
+      fields.add(DataTypes.createStructField("start_time_unix_nano", DataTypes.LongType, true));
+      fields.add(DataTypes.createStructField("value", DataTypes.DoubleType, true));
     }
     return DataTypes.createStructType(fields);
   }
@@ -273,6 +302,10 @@ public final class ClientWindows {
     }
 
     private void add(Client client, InternalRow record) {
+      if (record.numFields() > 3 && !record.isNullAt(3)) {
+        client.seed(record.getStruct(3, 12).copy());
+        return;
+      }
       if (record.isNullAt(1)) {
         return;
       }
@@ -425,6 +458,41 @@ public final class ClientWindows {
       }
     }
 
+    /** A series' last point from an earlier micro-batch: what its first point here pairs with. */
+    void seed(InternalRow r) {
+      String type = r.getUTF8String(1).toString();
+      MetricKey key = new MetricKey(r.getUTF8String(0).toString(), type,
+          r.isNullAt(2) ? null : r.getUTF8String(2).toString(), r.isNullAt(3) ? null : r.getBoolean(3));
+      String ak = r.isNullAt(4) ? null : r.getUTF8String(4).toString();
+      List<Double> bounds = null;
+      if (!r.isNullAt(5)) {
+        ArrayData b = r.getArray(5);
+        bounds = new ArrayList<>(b.numElements());
+        for (int i = 0; i < b.numElements(); i++) {
+          bounds.add(b.isNullAt(i) ? null : b.getDouble(i));
+        }
+      }
+      HashMap<Object, Series> m = metric(key.metric(), key.type(), key.temporality(), key.monotonic());
+      Series s = series(m, key, type.equals("histogram") ? new HistogramKey(ak, bounds) : ak, ak);
+      int i = s.add(null, null, null, r.getLong(7), r.getLong(6));
+      s.seed[i] = r;
+      s.value[i] = r.isNullAt(8) ? 0.0 : r.getDouble(8);
+      s.count[i] = r.isNullAt(9) ? 0L : r.getLong(9);
+      s.hasSum[i] = !r.isNullAt(10);
+      s.sum[i] = r.isNullAt(10) ? 0.0 : r.getDouble(10);
+      if (s.histogram) {
+        List<Long> buckets = new ArrayList<>();
+        if (!r.isNullAt(11)) {
+          ArrayData a = r.getArray(11);
+          for (int k = 0; k < a.numElements(); k++) {
+            buckets.add(a.isNullAt(k) ? null : a.getLong(k));
+          }
+        }
+        s.buckets[i] = buckets;
+        s.bounds[i] = bounds;
+      }
+    }
+
     private void numbers(Push push, String unit, MetricKey key, List<NumberDataPoint> points) {
       if (points.isEmpty()) {
         return;
@@ -461,6 +529,7 @@ public final class ClientWindows {
     Object[] push = new Object[8];
     Object[] unit = new Object[8];
     Object[] attrs = new Object[8];
+    Object[] seed = new Object[8]; // the previous row, for points that are a stream's state (not counted)
     Object[] buckets;
     Object[] bounds;
 
@@ -487,6 +556,7 @@ public final class ClientWindows {
         push = Arrays.copyOf(push, m);
         unit = Arrays.copyOf(unit, m);
         attrs = Arrays.copyOf(attrs, m);
+        seed = Arrays.copyOf(seed, m);
         if (histogram) {
           buckets = Arrays.copyOf(buckets, m);
           bounds = Arrays.copyOf(bounds, m);
@@ -553,20 +623,74 @@ public final class ClientWindows {
       long sizeNanos = size * 1_000_000_000L;
       Window w = null;
       int prev = -1;
-      for (int j : order()) {
+      int[] order = order();
+      for (int j : order) {
         long ws = (time[j] / sizeNanos) * size;
+        if (seed[j] != null) { // pairs with the next point; not a point of any window
+          if (w != null && w.ws == ws) {
+            w.lastIsSeed = true; // the SQL path's `_is_last` then marks no point of this window
+          }
+          prev = j;
+          continue;
+        }
         if (w == null || w.ws != ws) {
           if (w != null) {
             out.add(w.row(instance, spec));
           }
           w = new Window(this, ws);
         }
+        w.lastIsSeed = false;
         w.add(j, prev, (ws - lookback * size) * 1_000_000_000L);
         prev = j;
       }
       if (w != null) {
         out.add(w.row(instance, spec));
       }
+      boolean cumulative = "cumulative".equals(key.temporality()) && (histogram || key.type().equals("sum"));
+      if (spec.withLast && cumulative && n > 0) {
+        out.add(newest(instance, spec, order[n - 1]));
+      }
+    }
+
+    /** The series' newest point as the stream keeps it (LAST_POINT_COLUMNS), in a `_kind` 1 row. */
+    private InternalRow newest(UTF8String instance, Spec spec, int j) {
+      int labels = spec.labelCount;
+      Object[] v = new Object[3 + 1 + labels + 25 + spec.quantiles.length + 4];
+      int base = 3;
+      v[base] = instance;
+      int k = base + 1 + labels + 1; // after the labels and resource_attributes
+      v[k++] = utf8(key.metric());
+      k++; // unit
+      v[k++] = utf8(key.type());
+      v[k++] = utf8(key.temporality());
+      v[k++] = key.monotonic();
+      k++; // attributes
+      v[k++] = utf8(attributesKey);
+      v[k++] = 0L; // points (not null in the schema)
+      k += 1 + 6 + 1; // last_time, value_* / delta / rate, resets
+      int countAt = k;
+      InternalRow r = (InternalRow) seed[j];
+      if (r != null) {
+        v[countAt] = r.isNullAt(9) ? null : r.getLong(9);
+        v[countAt + 1] = r.isNullAt(10) ? null : r.getDouble(10);
+        v[countAt + 2] = r.isNullAt(5) ? null : r.getArray(5).copy();
+        v[countAt + 3] = r.isNullAt(11) ? null : r.getArray(11).copy();
+      } else if (histogram) {
+        v[countAt] = count[j];
+        v[countAt + 1] = hasSum[j] ? (Object) sum[j] : null;
+        @SuppressWarnings("unchecked")
+        List<Double> b = (List<Double>) bounds[j];
+        @SuppressWarnings("unchecked")
+        List<Long> c = (List<Long>) buckets[j];
+        v[countAt + 2] = new GenericArrayData(b.toArray());
+        v[countAt + 3] = new GenericArrayData(c.toArray());
+      }
+      k = countAt + 4 + spec.quantiles.length;
+      v[k++] = 1;
+      v[k++] = time[j];
+      v[k++] = start[j];
+      v[k++] = r != null ? (r.isNullAt(8) ? null : (Object) r.getDouble(8)) : numeric ? (Object) value[j] : null;
+      return new GenericInternalRow(Arrays.copyOf(v, k));
     }
   }
 
@@ -578,6 +702,7 @@ public final class ClientWindows {
     final boolean monotonic;
     long points;
     int last = -1;
+    boolean lastIsSeed; // the window's last row (in the series order) is a previous row, not a point
     long lastTimeMicros = Long.MIN_VALUE;
     double min;
     double max;
@@ -684,30 +809,31 @@ public final class ClientWindows {
       boolean isSum = type.equals("sum");
       boolean snapshot = type.equals("exponential_histogram") || type.equals("summary");
       boolean lastSnapshot = "cumulative".equals(s.key.temporality()) || type.equals("summary");
-      Push push = (Push) s.push[last];
-      Object[] v = new Object[3 + push.labels.length + 25 + spec.quantiles.length];
+      // What the SQL path takes from the window's last row (`at_last`): nothing when that row is a seed.
+      Push push = lastIsSeed ? null : (Push) s.push[last];
+      Object[] v = new Object[3 + 1 + spec.labelCount + 25 + spec.quantiles.length + (spec.withLast ? 4 : 0)];
       int k = 0;
       v[k++] = ws * 1_000_000L; // timestamp_seconds(_ws)
       v[k++] = (ws + spec.size) * 1_000_000L;
       v[k++] = UTF8String.fromString(LocalDate.ofInstant(Instant.ofEpochSecond(ws), ZoneId.of(spec.zone)).toString());
       v[k++] = instance;
-      for (int i = 1; i < push.labels.length; i++) {
-        v[k++] = push.labels[i];
+      for (int i = 1; i <= spec.labelCount; i++) {
+        v[k++] = push == null ? null : push.labels[i];
       }
-      v[k++] = push.resourceData();
+      v[k++] = push == null ? null : push.resourceData();
       v[k++] = utf8(s.key.metric());
-      v[k++] = utf8((String) s.unit[last]);
+      v[k++] = push == null ? null : utf8((String) s.unit[last]);
       v[k++] = utf8(type);
       v[k++] = utf8(s.key.temporality());
       v[k++] = s.key.monotonic();
       @SuppressWarnings("unchecked")
       Map<String, String> attributes = (Map<String, String>) s.attrs[last];
-      v[k++] = mapData(attributes);
+      v[k++] = push == null ? null : mapData(attributes);
       v[k++] = utf8(s.attributesKey);
       v[k++] = points;
       v[k++] = lastTimeMicros;
       boolean values = s.numeric;
-      v[k++] = values ? (Object) s.value[last] : null;
+      v[k++] = values && push != null ? (Object) s.value[last] : null;
       v[k++] = values ? (Object) min : null;
       v[k++] = values ? (Object) max : null;
       v[k++] = values ? (Object) (valueSum / points) : null;
@@ -720,18 +846,21 @@ public final class ClientWindows {
       if (s.histogram) {
         count = cumulative ? incC : countSum;
         total = cumulative ? incH : anySum ? sumSum : 0.0;
-      } else if (snapshot) {
+      } else if (snapshot && push != null) {
         count = lastSnapshot ? s.count[last] : countSum;
         total = lastSnapshot ? (s.hasSum[last] ? (Object) s.sum[last] : null) : anySum ? (Object) sumSum : null;
+      } else if (snapshot) {
+        count = lastSnapshot ? null : countSum;
+        total = lastSnapshot ? null : anySum ? (Object) sumSum : null;
       }
       v[k++] = count;
       v[k++] = total;
       List<Double> bounds = null;
       if (s.histogram) {
         @SuppressWarnings("unchecked")
-        List<Double> b = (List<Double>) s.bounds[last];
+        List<Double> b = push == null ? null : (List<Double>) s.bounds[last];
         bounds = b;
-        v[k++] = new GenericArrayData(bounds.toArray());
+        v[k++] = bounds == null ? null : new GenericArrayData(bounds.toArray());
         v[k++] = new GenericArrayData(buckets);
       } else {
         v[k++] = null;
@@ -740,6 +869,10 @@ public final class ClientWindows {
       long[] cumulativeCounts = s.histogram ? Quantiles.cumulative(buckets, bounds) : null;
       for (BigDecimal q : spec.quantiles) {
         v[k++] = cumulativeCounts == null ? null : Quantiles.estimate(q, buckets, cumulativeCounts, bounds);
+      }
+      if (spec.withLast) {
+        v[k++] = 0;
+        k += 3;
       }
       return new GenericInternalRow(Arrays.copyOf(v, k));
     }
