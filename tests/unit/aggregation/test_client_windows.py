@@ -239,8 +239,9 @@ def test_client_windows_quantiles_equal_the_sql_path_on_random_bucket_layouts(jv
 
 def test_client_windows_across_micro_batches_equals_the_sql_path(jvm: Any) -> None:
     """Given the synthetic producers' records split in three micro-batches (at 4 min, and at 8 min 30 s:
-    inside a window), When each path aggregates them in turn, each micro-batch with the series' last points
-    of the one before (the SQL path's `previous`, ClientWindows' `_kind` 1 rows),
+    inside a window), the second one also holding pushes of the first again (late, older than the last points
+    kept from it, in the same window), When each path aggregates them in turn, each micro-batch with the
+    series' last points of the one before (the SQL path's `previous`, ClientWindows' `_kind` 1 rows),
     Then every micro-batch's client_metrics rows and last points agree, column for column."""
     spark = jvm
     cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
@@ -251,6 +252,8 @@ def test_client_windows_across_micro_batches_equals_the_sql_path(jvm: Any) -> No
     def batch(k: int) -> Any:
         lo, hi = ([0, *cuts][k], [*cuts, 1 << 62][k])
         mine = [r for r in records if lo <= _push_time(r[1]) < hi]
+        if k == 1:  # late: pushes of 223 s again, older than the previous batch's last points (233 s, same window)
+            mine += [r for r in records if T0 + 220 * S <= _push_time(r[1]) < T0 + 230 * S]
         return spark.createDataFrame(mine, RAW_SCHEMA_DDL)
 
     sql_previous: Any = None
@@ -266,6 +269,8 @@ def test_client_windows_across_micro_batches_equals_the_sql_path(jvm: Any) -> No
         assert len(sql_m) > 100
         assert jvm_m == sql_m, f"micro-batch {k}"
         assert _rows(jvm_last, LAST_POINT_COLUMNS) == _rows(sql_last, LAST_POINT_COLUMNS), f"micro-batch {k}"
+        if k == 1:  # the late windows end on a kept point: the SQL path takes no labels for them, nor do we
+            assert any(r[CLIENT_METRICS_COLUMNS.index("client_id")] is None for r in sql_m)
         resets += sum(r[CLIENT_METRICS_COLUMNS.index("resets")] or 0 for r in sql_m)
         sql_previous, jvm_previous = sql_last, jvm_last.localCheckpoint()
         raw.unpersist()
