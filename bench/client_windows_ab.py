@@ -1,6 +1,7 @@
 """The per-client JVM aggregation (kct.aggregation.client_windows) against the SQL path, in one SparkSession.
 
     .venv/bin/python bench/client_windows_ab.py [--pushes 10000] [--clients 200] [--partitions 46] [--rounds 2]
+        [--parts] [--run-batch] [--only sql|jvm]
 
 No Kafka: the pushes (bench/spark_throughput.py's fleet, ~100 points each) are built in Python, written once
 to Parquet as the Kafka source's records (decode.RAW_SCHEMA_DDL) and read back cached, so both paths start
@@ -10,7 +11,9 @@ from the same records in memory, as `run_batch` does after its read. Interleaved
   jvm      records -> ClientWindows (grouped per client instance, one Java loop per client)
   (each to Spark's noop sink, and once more into Parquet: the client_metrics table alone)
 
-then `bare`: Spark alone, groupBy(window, series) min/max/avg/count over the same points pre-flattened in
+with --parts, the SQL path's decoding alone; with --run-batch, `run_batch` itself both ways
+(`source.aggregation` sql / jvm), end to end but for the Kafka read (stubbed: the cached records); then
+`bare`: Spark alone, groupBy(window, series) min/max/avg/count over the same points pre-flattened in
 Parquet (bench/spark_throughput.py's), and the ratios. Each line: wall seconds, points/s, JVM CPU-seconds
 (/proc/<pid>/stat: on a machine shared with other work they move less with the load than the wall time).
 """
@@ -41,7 +44,7 @@ def records(spark: Any, pushes: int, clients: int, partitions: int, work: Path) 
     begin = (time.time_ns() // (60 * S)) * 60 * S - rounds * 10 * S
     fleet = [SyntheticClient(f"bench-{i % 50}", started_ns=begin - S, seed=i + 1, partitions=partitions)
              for i in range(clients)]
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for k in range(rounds):
         for c in fleet:
             rec = c.push(begin + k * 10 * S)
@@ -52,6 +55,28 @@ def records(spark: Any, pushes: int, clients: int, partitions: int, work: Path) 
     return cached, int(cached.count())
 
 
+def run_batches(spark: Any, args: argparse.Namespace, raw: Any, n_records: int, n_points: int, work: Path) -> None:
+    """`run_batch` end to end but for the Kafka read (stubbed: the cached records), `source.aggregation` sql
+    and jvm interleaved: client_metrics, roll-ups, terminations, alerts -> Parquet."""
+    from kct.aggregation import job
+    from kct.aggregation.config import parse_job_config
+
+    job.read_records = lambda *_a, **_k: raw.select("*")  # a copy: run_batch unpersists what it reads
+    for r in range(args.rounds):
+        for aggregation in ("sql", "jvm"):
+            cfg = parse_job_config({
+                "source": {"bootstrapServers": "unused:9092", "decoder": "jvm", "aggregation": aggregation},
+                "rules": [{"name": "queue", "metric": "org.apache.kafka.producer.record.queue.time.max",
+                           "field": "max", "op": ">", "threshold": 5000, "forSeconds": 180}],
+                "parquet": {"path": str(work / f"batch-{aggregation}")},
+                "run": {"mode": "batch"},
+            })
+            took, counts = st.timed(lambda cfg=cfg: job.run_batch(spark, cfg))
+            st.line(f"batch {aggregation} #{r + 1}", took, n_records, n_points,
+                    f"run_batch, Kafka read stubbed ({counts.get('client_metrics')} client_metrics rows)",
+                    st._LAST_CPU[0])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pushes", type=int, default=10_000)
@@ -60,6 +85,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--only", choices=("sql", "jvm"), help="time one path only (quick iterations)")
+    parser.add_argument("--run-batch", action="store_true",
+                        help="also time run_batch both ways, end to end but for the Kafka read (stubbed)")
     parser.add_argument("--parts", action="store_true",
                         help="also time the SQL path's decoding alone")
     args = parser.parse_args()
@@ -110,6 +137,8 @@ def main() -> int:
             out = str(work / f"cm-{name}")
             took, _ = st.timed(lambda build=build, out=out: build().write.mode("overwrite").parquet(out))
             st.line(f"{name} pq", took, n_records, n_points, "client_metrics -> Parquet", st._LAST_CPU[0])
+        if args.run_batch:
+            run_batches(spark, args, raw, n_records, n_points, work)
         rows = {name: spark.read.parquet(str(work / f"cm-{name}")).count() for name in ("sql", "jvm") if name in paths}
         print(f"  client_metrics rows: {rows}", flush=True)
         points.unpersist()
