@@ -66,6 +66,7 @@ def install_decoder(python: str) -> Path:
     spark, _ = pyspark_versions(python)
     jars = pyspark_jars(python)
     scala_lib = next(jars.glob("scala-library-*.jar")).name.removeprefix("scala-library-").removesuffix(".jar")
+    kryo = next(jars.glob("kryo-shaded-*.jar")).name.removeprefix("kryo-shaded-").removesuffix(".jar")
     target: Path = _proc.cache_dir("spark-decoder", decoder_source_hash(DECODER, spark))
     jar = target / DECODER_JAR
     if jar.is_file():
@@ -78,7 +79,8 @@ def install_decoder(python: str) -> Path:
         try:
             _proc.run(
                 ["mvn", "-B", "-q", "-f", DECODER / "pom.xml", "package",
-                 f"-Dspark.version={spark}", f"-Dscala.library.version={scala_lib}", f"-Dspark.jars.dir={jars}",
+                 f"-Dspark.version={spark}", f"-Dscala.library.version={scala_lib}", f"-Dkryo.version={kryo}",
+                 f"-Dspark.jars.dir={jars}",
                  f"-Dkct.build.dir={build}"],
                 tool="spark-decoder", version=spark,
             )

@@ -40,6 +40,7 @@ __all__ = [
     "decode_arrow_batches",
     "decode_push",
     "header_labels",
+    "instance_id_sql",
     "jvm_points",
     "otlp_descriptor_set",
     "point_arrow_schema",
@@ -349,6 +350,12 @@ def _sql_label(name: str) -> str:
             f".value AS STRING)")
 
 
+def instance_id_sql() -> str:
+    """SQL for a record's client instance id: its header when not empty, else its key when not empty."""
+    return (f"coalesce(nullif({_sql_label(L.CLIENT_INSTANCE_ID.name)}, ''), "
+            "nullif(CAST(key AS STRING), ''))")
+
+
 def jvm_points(records: Any, function: str = JVM_DECODER_FUNCTION) -> Any:
     """Records (RAW_SCHEMA_DDL) -> data points (POINT_SCHEMA_DDL) with the JVM decoder registered as
     `function`: one call per push returns its points as columns, one `posexplode` over the time column makes
@@ -357,8 +364,7 @@ def jvm_points(records: Any, function: str = JVM_DECODER_FUNCTION) -> Any:
     yields no row."""
     from pyspark.sql import functions as F
 
-    instance = (f"coalesce(nullif({_sql_label(L.CLIENT_INSTANCE_ID.name)}, ''), "
-                "nullif(CAST(key AS STRING), ''))")
+    instance = instance_id_sql()
     interval = _sql_label(L.PUSH_INTERVAL_MS.name)
     labels = [
         F.expr(instance).alias("client_instance_id"),

@@ -409,6 +409,9 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     """Start the streaming queries; with `untilDrained` wait until both drained the topic."""
     from pyspark.sql import functions as F
 
+    if cfg.source.aggregation != "sql":
+        raise RuntimeError("source.aggregation jvm is batch only so far: the stream aggregates with sql")
+
     points = decode_records(read_records(spark, cfg, streaming=True), cfg)
     # Only terminating pushes matter here (KIP-714 sends client.terminating in the final push): filter on the
     # record header before decoding, so this second query does not decode every push again.
@@ -451,6 +454,21 @@ def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str,
     return {name: int(observed.get.get(name) or 0) for name in ("rows", *observed_sums)}
 
 
+def _client_metrics(spark: Any, cfg: AggregationConfig, records: Any) -> Any:
+    """client_metrics of the records, by `source.aggregation`: Spark SQL over the decoded points, or the
+    per-client Java loop (kct.aggregation.client_windows), which needs the decoder jar."""
+    from kct.aggregation.client_windows import client_metrics_from_records
+    from kct.aggregation.transforms import aggregate_client_metrics
+
+    size, lookback = cfg.window.size_seconds, cfg.window.counter_lookback_windows
+    if cfg.source.aggregation == "jvm":
+        if not register_jvm_decoder(spark):  # the same jar holds ClientWindows
+            raise RuntimeError("source.aggregation is jvm but the OTLP decoder jar is not available: "
+                               "build it with `python dev/spark-deps/install.py --decoder-only`")
+        return client_metrics_from_records(records, window_seconds=size, lookback_windows=lookback)
+    return aggregate_client_metrics(decode_records(records, cfg), window_seconds=size, lookback_windows=lookback)
+
+
 def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     """Aggregate everything currently in the topic; overwrite the outputs; rows written per table.
 
@@ -458,14 +476,11 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     client_metrics, which every other output but terminations derives from (kept too); terminations decode
     only the records that may hold one. `points` is the sum of client_metrics' `points`, counted while
     writing it (every point is in exactly one window's row), so no job counts the decoded points."""
-    from kct.aggregation.transforms import aggregate_client_metrics, alerts, rollups, terminations
+    from kct.aggregation.transforms import alerts, rollups, terminations
 
     records = read_records(spark, cfg, streaming=False).persist()
     try:
-        metrics = aggregate_client_metrics(
-            decode_records(records, cfg), window_seconds=cfg.window.size_seconds,
-            lookback_windows=cfg.window.counter_lookback_windows,
-        ).persist()
+        metrics = _client_metrics(spark, cfg, records).persist()
         written = _write_counted(metrics, cfg, "client_metrics", "overwrite", observed_sums=("points",))
         counts = {"points": written["points"], "client_metrics": written["rows"]}
         outputs = {

@@ -54,6 +54,7 @@ __all__ = [
     "rollups",
     "sorted_points_of",
     "terminations",
+    "with_quantiles",
 ]
 
 SERIES_KEYS: tuple[str, ...] = (
@@ -115,10 +116,18 @@ def _with_quantiles(df: DataFrame, counts: str = "bucket_counts", bounds: str = 
     cumulative = f"transform({counts}, (x, i) -> aggregate(slice({counts}, 1, i + 1), 0L, (a, y) -> a + y))"
     estimates = let(f"IF({usable}, aggregate({counts}, 0L, (a, y) -> a + y), NULL)", "_q_total",
                     f"IF(_q_total > 0, {let(cumulative, '_q_cum', f'named_struct({per_quantile})')}, NULL)")
-    df = df.withColumn("_q", F.expr(estimates))
+    # Rows without buckets (all but histograms) skip the lambdas, which Spark interprets row by row (no code
+    # generation for higher-order functions): `estimates` is null for them anyway.
+    df = df.withColumn("_q", F.expr(f"CASE WHEN {counts} IS NULL THEN NULL ELSE {estimates} END"))
     for name, _ in QUANTILES:
         df = df.withColumn(name, F.col(f"_q.{name}"))
     return df.drop("_q")
+
+
+def with_quantiles(df: DataFrame) -> DataFrame:
+    """Columns p50/p95/p99 from `bucket_counts` and `explicit_bounds` (`_with_quantiles`), for rows built
+    elsewhere (kct.aggregation.client_windows) to get the very same doubles."""
+    return _with_quantiles(df)
 
 
 def _ws_expr(size: int) -> Column:

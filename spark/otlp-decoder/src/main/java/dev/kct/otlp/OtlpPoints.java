@@ -131,7 +131,7 @@ public final class OtlpPoints implements UDF1<byte[], Row> {
     return out.row();
   }
 
-  private static String temporality(int value) {
+  static String temporality(int value) {
     switch (value) {
       case 1:
         return "delta";

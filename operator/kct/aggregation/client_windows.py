@@ -1,0 +1,99 @@
+"""client_metrics straight from the topic's records, on the JVM, without a row per data point (a spike).
+
+`transforms.aggregate_client_metrics` works on decoded points: every push is exploded into point rows, which
+are sorted per series and aggregated per (window, series) in Spark SQL, so every point is a row shuffled
+and sorted with its labels. Here the records are grouped per client instance with Spark's own shuffle
+(repartitioned by instance id, sorted by it within partitions: the records move, ~100 points each), and one
+Java loop per client (`spark/otlp-decoder`, class `JVM_CLASS`) decodes its pushes into per-series column
+arrays and aggregates each series window by window, quantiles included: the same rows as the SQL path, bit
+for bit (tests/unit/aggregation/test_client_windows.py); rows go in and out as Spark's InternalRow.
+
+For a stream, `client_metrics_and_last_rows` also takes each cumulative series' last point from earlier
+micro-batches (the SQL path's `previous`) and returns each series' newest point for the next micro-batch
+(not wired into kct.aggregation.stream yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kct.aggregation.decode import LABEL_COLUMNS, instance_id_sql
+from kct.otlp import labels as L
+
+__all__ = [
+    "JVM_CLASS",
+    "client_metrics_and_last_rows",
+    "client_metrics_from_records",
+    "label_spec",
+    "last_points_of",
+    "metrics_of",
+    "quantile_spec",
+]
+
+JVM_CLASS: Final = "dev.kct.otlp.ClientWindows"
+
+
+def label_spec() -> str:
+    """The broker labels as ClientWindows reads them from record headers: `name:header,header;...`, the
+    instance id first, then LABEL_COLUMNS in order (each label under its KIP-714 and its HTTP header name,
+    as `decode._sql_label`)."""
+    by_name = {label.name: label for label in L.BROKER_LABELS}
+    names = (L.CLIENT_INSTANCE_ID.name, *LABEL_COLUMNS)
+    return ";".join(f"{n}:{by_name[n].name},{by_name[n].http_header}" for n in names)
+
+
+def quantile_spec() -> str:
+    """The quantile columns as ClientWindows computes them: `name=q;...`, q written as the SQL path writes it
+    (`transforms._with_quantiles`, where it is a decimal literal)."""
+    from kct.aggregation.transforms import QUANTILES
+
+    return ";".join(f"{name}={q}" for name, q in QUANTILES)
+
+
+def client_metrics_from_records(records: Any, *, window_seconds: int = 60, lookback_windows: int = 5) -> Any:
+    """Records (decode.RAW_SCHEMA_DDL; key, value and headers are read) -> client_metrics rows
+    (transforms.CLIENT_METRICS_COLUMNS), every window the points touch, as `aggregate_client_metrics`
+    computes them from the decoded points. Needs the decoder jar on the session's classpath."""
+    from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS
+
+    rows = _aggregate(records, None, False, window_seconds, lookback_windows)
+    if tuple(rows.columns) != CLIENT_METRICS_COLUMNS:  # the jar and this checkout disagree
+        raise RuntimeError(f"{JVM_CLASS} returned columns {rows.columns}, expected {CLIENT_METRICS_COLUMNS}")
+    return rows
+
+
+def client_metrics_and_last_rows(records: Any, *, window_seconds: int = 60, lookback_windows: int = 5,
+                                 previous: Any | None = None) -> Any:
+    """For a stream: the client_metrics rows (`_kind` 0) and each cumulative series' newest point (`_kind`
+    1) in one DataFrame, as `transforms.client_metrics_and_last(points, previous=previous)` computes them;
+    `previous` holds LAST_POINT_COLUMNS rows from earlier micro-batches. Persist it, then split it with
+    `metrics_of` and `last_points_of` (each is a filter of it)."""
+    return _aggregate(records, previous, True, window_seconds, lookback_windows)
+
+
+def metrics_of(rows: Any) -> Any:
+    """The client_metrics rows of `client_metrics_and_last_rows`."""
+    from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS
+
+    return rows.where("_kind = 0").select(*CLIENT_METRICS_COLUMNS)
+
+
+def last_points_of(rows: Any) -> Any:
+    """The series' newest points (LAST_POINT_COLUMNS) of `client_metrics_and_last_rows`."""
+    from kct.aggregation.transforms import LAST_POINT_COLUMNS
+
+    return rows.where("_kind = 1").select(*LAST_POINT_COLUMNS)
+
+
+def _aggregate(records: Any, previous: Any | None, with_last: bool, window_seconds: int,
+               lookback_windows: int) -> Any:
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    spark = records.sparkSession
+    keyed = records.select(F.expr(instance_id_sql()).alias("_cid"), "value", "headers")
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    jdf = spark._jvm.dev.kct.otlp.ClientWindows.aggregate(
+        keyed._jdf, None if previous is None else previous._jdf, with_last, int(window_seconds),
+        int(lookback_windows), label_spec(), quantile_spec(), zone)
+    return DataFrame(jdf, spark)

@@ -1,0 +1,324 @@
+"""The per-client JVM aggregation (ClientWindows, kct.aggregation.client_windows) against the SQL path.
+
+Both run in the shared local SparkSession on the same records: the SQL path decodes them into point rows
+(`decode_records` with the JVM decoder) and aggregates them with `aggregate_client_metrics`; the JVM path
+groups the records per client instance and aggregates each client's pushes in one Java loop. Every
+client_metrics row must be the same, column for column (doubles bit for bit, NaN included).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from preconditions import missing_precondition
+from test_jvm_decoder import _exotic_push
+
+from kct.aggregation.client_windows import (
+    client_metrics_and_last_rows,
+    client_metrics_from_records,
+    last_points_of,
+    metrics_of,
+)
+from kct.aggregation.config import AggregationConfig
+from kct.aggregation.decode import RAW_SCHEMA_DDL
+from kct.aggregation.job import decode_records, decoder_jar, register_jvm_decoder
+from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient, build_request
+from kct.aggregation.transforms import (
+    CLIENT_METRICS_COLUMNS,
+    LAST_POINT_COLUMNS,
+    aggregate_client_metrics,
+    client_metrics_and_last,
+)
+from kct.otlp import labels as L
+
+pytestmark = pytest.mark.spark
+
+S = 1_000_000_000
+REPO = Path(__file__).resolve().parents[3]
+T0 = 1_700_000_040 * S  # a minute boundary
+LOOKBACK = 5
+
+
+@pytest.fixture(scope="module")
+def jvm(spark: Any) -> Any:
+    jar = decoder_jar()
+    if jar is None:
+        if shutil.which("mvn") is None:
+            missing_precondition("the OTLP decoder jar is not built and mvn is not available")
+        subprocess.run([sys.executable, str(REPO / "dev" / "spark-deps" / "install.py"), "--decoder-only"],
+                       check=True, capture_output=True)
+        jar = decoder_jar()
+    assert jar is not None
+    assert register_jvm_decoder(spark, jar)  # ADD JAR: the class is then on the session's class loader
+    return spark
+
+
+def _record(offset: int, value: bytes | None, key: bytes | None,
+            headers: list[tuple[str, bytes | None]] | None) -> tuple[Any, ...]:
+    ts = dt.datetime(2023, 11, 14, tzinfo=dt.UTC)
+    return (key, value, "client-telemetry", offset % 2, offset, ts, headers)
+
+
+def _synthetic() -> list[Any]:
+    """Producers pushing every 10 s for 12 minutes: a restart (new start time, counters from zero), a
+    counter drop without a new start time, a long-running client first seen now (start beyond the
+    look-back: a baseline), one started 200 s before its first push, a client silent for longer than the
+    look-back and one for less, per-partition series."""
+    clients = [SyntheticClient(f"producer-{i}", started_ns=T0 - 2 * S, seed=i + 1, partitions=3 * (i % 2))
+               for i in range(7)]
+    clients[3].started_ns = T0 - 3600 * S  # running for an hour before we see it
+    clients[6].started_ns = T0 - 200 * S  # started 200 s before we see it: within 5 windows, not within 1
+    records = []
+    for k in range(72):
+        now = T0 + k * 10 * S + 3 * S
+        if k == 18:  # restart: same instance id, counters from zero, new start time
+            c = clients[1]
+            c.started_ns, c.records_sent, c.connections, c.latency_sum = now - S, 0, 0, 0.0
+            c.latency_buckets = [0] * (len(LATENCY_BOUNDS) + 1)
+        if k == 30:  # counter drop, same start time
+            clients[2].records_sent //= 3
+        for i, c in enumerate(clients):
+            if i == 4 and 20 <= k < 60:  # silent for 400 s > look-back (300 s)
+                continue
+            if i == 5 and 30 <= k < 45:  # silent for 150 s: within 5 windows, not within 1
+                continue
+            records.append(c.push(now, terminating=(k == 71 and i == 0), reason="bye"))
+    return records
+
+
+def _hand_made() -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]]:
+    """Pushes the synthetic clients do not make: delta and non-monotonic sums, delta histograms, integer
+    values, a NaN gauge, exponential histograms, summaries, two resources, header variants."""
+    out: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]] = []
+    for k in range(14):
+        t = T0 + k * 25 * S
+        value = build_request({"service.name": "orders"}, [
+            {"name": "sum.delta", "type": "sum", "temporality": "delta",
+             "points": [{"time": t, "start": t - 25 * S, "value": k % 4, "attributes": {"topic": "a"}},
+                        {"time": t, "start": t - 25 * S, "value": 0.1 * k, "attributes": {"topic": "b"}}]},
+            {"name": "sum.nonmono", "type": "sum", "temporality": "cumulative", "monotonic": False,
+             "points": [{"time": t, "start": T0 - S, "value": math.sin(k) * 10}]},
+            {"name": "gauge.int", "type": "gauge", "points": [{"time": t, "value": (k * 7) % 5}]},
+            {"name": "gauge.nan", "type": "gauge",
+             "points": [{"time": t, "value": float("nan") if k % 5 == 2 else -0.0 if k % 5 == 3 else k / 3}]},
+            {"name": "hist.delta", "type": "histogram", "temporality": "delta", "unit": "ms",
+             "points": [{"time": t, "start": t - 25 * S, "count": k + 1, "sum": 2.5 * k,
+                         "buckets": [k, 1], "bounds": [10.0]}]},
+        ])
+        headers: list[tuple[str, bytes | None]] = [(L.CLIENT_INSTANCE_ID.name, b"hand-made"),
+                                                    (L.CLIENT_ID.http_header.upper(), f"hm-{k % 2}".encode()),
+                                                    (L.PRINCIPAL.name, None)]
+        out.append((b"ignored-key", value, headers))
+    out.append((b"key-only", _exotic_push(), None))  # no headers: the instance id is the record key
+    out.append((None, b"not a protobuf", [(L.CLIENT_INSTANCE_ID.name, b"hand-made")]))  # skipped
+    out.append((b"hand-made", None, None))  # no value: no points
+    out.append((None, build_request({}, [{"name": "anonymous", "type": "gauge",
+                                          "points": [{"time": T0, "value": 1.0}]}]), None))  # no instance id
+    return out
+
+
+def _raw_records() -> list[tuple[Any, ...]]:
+    rows: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]] = [
+        (r.key, r.value, list(r.headers)) for r in _synthetic()]
+    rows.extend(_hand_made())
+    rows.append(rows[7])  # a record delivered twice
+    random.Random(13).shuffle(rows)  # pushes out of time order within each client
+    return [_record(i, value, key, headers) for i, (key, value, headers) in enumerate(rows)]
+
+
+def _normal(value: Any) -> Any:
+    """Comparable, exact: NaN equal to NaN, -0.0 told from 0.0, maps as sorted pairs."""
+    if isinstance(value, float):
+        return ("float", "nan" if math.isnan(value) else value.hex())
+    if isinstance(value, dict):
+        return sorted((k, _normal(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    return value
+
+
+def _rows(df: Any, columns: tuple[str, ...] = CLIENT_METRICS_COLUMNS) -> list[tuple[Any, ...]]:
+    out = [tuple(_normal(row[c]) for c in columns) for row in df.collect()]
+    return sorted(out, key=repr)
+
+
+def test_client_windows_rows_equal_the_sql_path(jvm: Any) -> None:
+    """Given synthetic producers (restarts, counter drops, late-seen clients, gaps beyond the look-back,
+    per-partition series, cumulative histograms) and hand-made pushes (delta and non-monotonic sums, delta
+    histograms, NaN and -0.0 gauges, exponential histograms, summaries, two resources, header variants,
+    malformed and empty records, a duplicate record), in shuffled order,
+    When client_metrics is computed by the SQL path (decoded points) and by ClientWindows (records),
+    Then both have the same schema and the same rows, every column exact."""
+    spark = jvm
+    raw = spark.createDataFrame(_raw_records(), RAW_SCHEMA_DDL).repartition(2).persist()
+    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
+                                            "parquet": {"path": "/unused"}})
+    sql = aggregate_client_metrics(decode_records(raw, cfg), window_seconds=60, lookback_windows=LOOKBACK)
+    jvm_df = client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK)
+    assert [(f.name, f.dataType) for f in jvm_df.schema] == [(f.name, f.dataType) for f in sql.schema]
+    sql_rows, jvm_rows = _rows(sql), _rows(jvm_df)
+    raw.unpersist()
+    # The data exercise what they should: many series and windows, resets, baselines, histograms.
+    ix = {c: i for i, c in enumerate(CLIENT_METRICS_COLUMNS)}
+    assert len(sql_rows) > 500
+    assert sum(r[ix["resets"]] or 0 for r in sql_rows) >= 3
+    assert {r[ix["type"]] for r in sql_rows} == {"gauge", "sum", "histogram", "exponential_histogram", "summary"}
+    assert len(jvm_rows) == len(sql_rows)
+    for mine, theirs in zip(jvm_rows, sql_rows, strict=True):
+        assert dict(zip(CLIENT_METRICS_COLUMNS, mine, strict=True)) == dict(
+            zip(CLIENT_METRICS_COLUMNS, theirs, strict=True))
+
+
+def test_client_windows_window_size_and_lookback_are_honoured(jvm: Any) -> None:
+    """Given the synthetic producers, When both paths aggregate with 120 s windows and a 1-window look-back
+    (the silent client's and the restarts' previous points fall out of it differently),
+    Then they still agree row for row."""
+    spark = jvm
+    rows = [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())]
+    raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).persist()
+    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
+                                            "parquet": {"path": "/unused"}})
+    sql = aggregate_client_metrics(decode_records(raw, cfg), window_seconds=120, lookback_windows=1)
+    jvm_df = client_metrics_from_records(raw, window_seconds=120, lookback_windows=1)
+    sql_rows, jvm_rows = _rows(sql), _rows(jvm_df)
+    raw.unpersist()
+    assert len(sql_rows) > 100
+    assert jvm_rows == sql_rows
+
+
+def _random_histograms(seed: int, layouts: int) -> list[tuple[Any, ...]]:
+    """Delta histograms over random bucket layouts (negative, fractional and huge bounds, empty buckets,
+    all-empty histograms, large counts), two pushes per window so buckets are also added up."""
+    rng = random.Random(seed)
+    points: list[list[dict[str, Any]]] = [[], []]
+    for i in range(layouts):
+        n = rng.randint(1, 12)
+        start = rng.choice([-1000.0, -1.5, 0.0, 0.001, 3.0])
+        bounds = sorted({round(start + rng.expovariate(0.1) * (k + 1), rng.randint(0, 6)) for k in range(n)})
+        for push in points:
+            counts = [rng.choice([0, 0, 1, rng.randint(0, 50), rng.randint(0, 1 << 40)])
+                      for _ in range(len(bounds) + 1)]
+            if rng.random() < 0.05:
+                counts = [0] * len(counts)
+            push.append({"time": T0 + (len(push) % 50) * S, "start": T0 - S, "count": sum(counts),
+                         "sum": rng.uniform(0, 1e6), "buckets": counts, "bounds": bounds,
+                         "attributes": {"layout": str(i)}})
+    rows = []
+    for k, push in enumerate(points):
+        value = build_request({}, [{"name": "random.hist", "type": "histogram", "temporality": "delta",
+                                    "points": push}])
+        rows.append(_record(k, value, b"random-histograms", None))
+    return rows
+
+
+def test_client_windows_quantiles_equal_the_sql_path_on_random_bucket_layouts(jvm: Any) -> None:
+    """Given 400 random bucket layouts (delta histograms, two pushes each in one window),
+    When both paths aggregate them,
+    Then p50/p95/p99 (decimal ranks and fractions in SQL, BigDecimal in Java) and every other column agree
+    to the bit."""
+    spark = jvm
+    raw = spark.createDataFrame(_random_histograms(7, 400), RAW_SCHEMA_DDL).persist()
+    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
+                                            "parquet": {"path": "/unused"}})
+    sql_rows = _rows(aggregate_client_metrics(decode_records(raw, cfg)))
+    jvm_rows = _rows(client_metrics_from_records(raw))
+    raw.unpersist()
+    p95 = CLIENT_METRICS_COLUMNS.index("p95")
+    assert len(sql_rows) == 400
+    assert sum(r[p95] is not None for r in sql_rows) > 300
+    assert jvm_rows == sql_rows
+
+
+def test_client_windows_across_micro_batches_equals_the_sql_path(jvm: Any) -> None:
+    """Given the synthetic producers' records split in three micro-batches (at 4 min, and at 8 min 30 s:
+    inside a window), the second one also holding pushes of the first again (late, older than the last points
+    kept from it, in the same window), When each path aggregates them in turn, each micro-batch with the
+    series' last points of the one before (the SQL path's `previous`, ClientWindows' `_kind` 1 rows),
+    Then every micro-batch's client_metrics rows and last points agree, column for column."""
+    spark = jvm
+    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
+                                            "parquet": {"path": "/unused"}})
+    records = [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())]
+    cuts = [T0 + 240 * S, T0 + 510 * S]
+
+    def batch(k: int) -> Any:
+        lo, hi = ([0, *cuts][k], [*cuts, 1 << 62][k])
+        mine = [r for r in records if lo <= _push_time(r[1]) < hi]
+        if k == 1:  # late: pushes of 223 s again, older than the previous batch's last points (233 s, same window)
+            mine += [r for r in records if T0 + 220 * S <= _push_time(r[1]) < T0 + 230 * S]
+        return spark.createDataFrame(mine, RAW_SCHEMA_DDL)
+
+    sql_previous: Any = None
+    jvm_previous: Any = None
+    resets = 0
+    for k in range(3):
+        raw = batch(k).persist()
+        sql_metrics, sql_last = client_metrics_and_last(decode_records(raw, cfg), previous=sql_previous)
+        sql_last = sql_last.persist()
+        rows = client_metrics_and_last_rows(raw, previous=jvm_previous).persist()
+        jvm_metrics, jvm_last = metrics_of(rows), last_points_of(rows)
+        sql_m, jvm_m = _rows(sql_metrics), _rows(jvm_metrics)
+        assert len(sql_m) > 100
+        assert jvm_m == sql_m, f"micro-batch {k}"
+        assert _rows(jvm_last, LAST_POINT_COLUMNS) == _rows(sql_last, LAST_POINT_COLUMNS), f"micro-batch {k}"
+        if k == 1:  # the late windows end on a kept point: the SQL path takes no labels for them, nor do we
+            assert any(r[CLIENT_METRICS_COLUMNS.index("client_id")] is None for r in sql_m)
+        resets += sum(r[CLIENT_METRICS_COLUMNS.index("resets")] or 0 for r in sql_m)
+        sql_previous, jvm_previous = sql_last, jvm_last.localCheckpoint()
+        raw.unpersist()
+    assert resets >= 3
+
+
+def _push_time(value: bytes) -> int:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    req = ExportMetricsServiceRequest.FromString(value)
+    return int(req.resource_metrics[0].scope_metrics[0].metrics[0].sum.data_points[0].time_unix_nano)
+
+
+def test_run_batch_with_jvm_aggregation_writes_the_same_tables(jvm: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the synthetic producers' records (the topic read stubbed out),
+    When run_batch runs with `source.aggregation` sql and then jvm,
+    Then both write the same counts, the same client_metrics rows and the same rollups rows (doubles summed
+    over instances up to the order of the sum)."""
+    from kct.aggregation import job
+
+    spark = jvm
+    raw = spark.createDataFrame(
+        [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())], RAW_SCHEMA_DDL)
+    monkeypatch.setattr(job, "read_records", lambda *_a, **_k: raw)
+    tables: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
+    counts = {}
+    for aggregation in ("sql", "jvm"):
+        cfg = AggregationConfig.model_validate({
+            "source": {"bootstrapServers": "unused", "decoder": "jvm", "aggregation": aggregation},
+            "parquet": {"path": str(tmp_path / aggregation)}})
+        counts[aggregation] = job.run_batch(spark, cfg)
+        tables[aggregation] = {}
+        for table in ("client_metrics", "rollups"):
+            df = spark.read.parquet(str(tmp_path / aggregation / table))
+            tables[aggregation][table] = _rows(df, tuple(df.columns))
+    assert counts["jvm"] == counts["sql"]
+    assert counts["sql"]["client_metrics"] > 500
+    assert tables["jvm"]["client_metrics"] == tables["sql"]["client_metrics"]
+    # Roll-ups add doubles over instances in whatever order the rows arrive (partitioning differs between
+    # the two): equal up to that order.
+    mine, theirs = tables["jvm"]["rollups"], tables["sql"]["rollups"]
+    assert len(mine) == len(theirs) > 100
+    for a, b in zip(mine, theirs, strict=True):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            if isinstance(x, tuple) and x[:1] == ("float",) and isinstance(y, tuple) and y[:1] == ("float",):
+                fx, fy = (float.fromhex(v[1]) if v[1] != "nan" else math.nan for v in (x, y))
+                assert fx == fy or math.isclose(fx, fy, rel_tol=1e-12) or (math.isnan(fx) and math.isnan(fy))
+            else:
+                assert x == y
