@@ -49,12 +49,19 @@ FROM ${MAVEN_IMAGE} AS otlp-decoder
 ARG SPARK_VERSION
 WORKDIR /src
 COPY spark/otlp-decoder/ ./
-COPY --from=spark-base /opt/spark/jars/spark-sql-api_2.13-${SPARK_VERSION}.jar /opt/spark/jars/scala-library-*.jar /spark-jars/
+# ClientWindows builds on Spark's internals (Datasets, RDDs of InternalRow): the jars the pom names.
+COPY --from=spark-base /opt/spark/jars/spark-sql-api_2.13-${SPARK_VERSION}.jar \
+     /opt/spark/jars/spark-sql_2.13-${SPARK_VERSION}.jar /opt/spark/jars/spark-catalyst_2.13-${SPARK_VERSION}.jar \
+     /opt/spark/jars/spark-core_2.13-${SPARK_VERSION}.jar /opt/spark/jars/spark-unsafe_2.13-${SPARK_VERSION}.jar \
+     /opt/spark/jars/spark-common-utils_2.13-${SPARK_VERSION}.jar \
+     /opt/spark/jars/spark-common-utils-java_2.13-${SPARK_VERSION}.jar \
+     /opt/spark/jars/scala-library-*.jar /opt/spark/jars/kryo-shaded-*.jar /spark-jars/
 SHELL ["/bin/bash", "-eo", "pipefail", "-c"]
 RUN --mount=type=cache,target=/root/.m2 \
     scala="$(find /spark-jars -name 'scala-library-*.jar' -printf '%f' | sed 's/^scala-library-//; s/[.]jar$//')" \
+    && kryo="$(find /spark-jars -name 'kryo-shaded-*.jar' -printf '%f' | sed 's/^kryo-shaded-//; s/[.]jar$//')" \
     && mvn -B -q package -Dspark.version=${SPARK_VERSION} -Dscala.library.version="$scala" \
-        -Dspark.jars.dir=/spark-jars -Dkct.build.dir=/build \
+        -Dkryo.version="$kryo" -Dspark.jars.dir=/spark-jars -Dkct.build.dir=/build \
     && cp /build/kct-otlp-decoder.jar /kct-otlp-decoder.jar
 
 # Its Python may be older than the kct package's floor (the official image's is Ubuntu's), so the job gets
