@@ -1,4 +1,4 @@
-"""client_metrics straight from the topic's records, on the JVM, without a row per data point (a spike).
+"""client_metrics straight from the topic's records, on the JVM, without a row per data point.
 
 `transforms.aggregate_client_metrics` works on decoded points: every push is exploded into point rows, which
 are sorted per series and aggregated per (window, series) in Spark SQL, so every point is a row shuffled

@@ -409,7 +409,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     """Start the streaming queries; with `untilDrained` wait until both drained the topic."""
     from pyspark.sql import functions as F
 
-    if cfg.source.aggregation != "sql":
+    if cfg.source.aggregation == "jvm":
         raise RuntimeError("source.aggregation jvm is batch only so far: the stream aggregates with sql")
 
     points = decode_records(read_records(spark, cfg, streaming=True), cfg)
@@ -454,6 +454,20 @@ def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str,
     return {name: int(observed.get.get(name) or 0) for name in ("rows", *observed_sums)}
 
 
+def _use_client_windows(spark: Any, cfg: AggregationConfig) -> bool:
+    """Whether batch mode computes client_metrics with ClientWindows (`source.aggregation`; the decoder jar
+    holds it)."""
+    chosen = cfg.source.aggregation
+    if chosen == "sql" or (chosen == "auto" and cfg.source.decoder == "python"):
+        return False
+    if register_jvm_decoder(spark):
+        return True
+    if chosen == "jvm":
+        raise RuntimeError("source.aggregation is jvm but the OTLP decoder jar is not available: "
+                           "build it with `python dev/spark-deps/install.py --decoder-only`")
+    return False
+
+
 def _client_metrics(spark: Any, cfg: AggregationConfig, records: Any) -> Any:
     """client_metrics of the records, by `source.aggregation`: Spark SQL over the decoded points, or the
     per-client Java loop (kct.aggregation.client_windows), which needs the decoder jar."""
@@ -461,10 +475,7 @@ def _client_metrics(spark: Any, cfg: AggregationConfig, records: Any) -> Any:
     from kct.aggregation.transforms import aggregate_client_metrics
 
     size, lookback = cfg.window.size_seconds, cfg.window.counter_lookback_windows
-    if cfg.source.aggregation == "jvm":
-        if not register_jvm_decoder(spark):  # the same jar holds ClientWindows
-            raise RuntimeError("source.aggregation is jvm but the OTLP decoder jar is not available: "
-                               "build it with `python dev/spark-deps/install.py --decoder-only`")
+    if _use_client_windows(spark, cfg):
         return client_metrics_from_records(records, window_seconds=size, lookback_windows=lookback)
     return aggregate_client_metrics(decode_records(records, cfg), window_seconds=size, lookback_windows=lookback)
 
