@@ -476,7 +476,9 @@ def _client_metrics(spark: Any, cfg: AggregationConfig, records: Any) -> Any:
 
     size, lookback = cfg.window.size_seconds, cfg.window.counter_lookback_windows
     if _use_client_windows(spark, cfg):
+        print("kct aggregate: client_metrics per client instance on the JVM (ClientWindows)", flush=True)
         return client_metrics_from_records(records, window_seconds=size, lookback_windows=lookback)
+    print("kct aggregate: client_metrics from the decoded points with Spark SQL", flush=True)
     return aggregate_client_metrics(decode_records(records, cfg), window_seconds=size, lookback_windows=lookback)
 
 
