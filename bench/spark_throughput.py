@@ -219,7 +219,14 @@ def main() -> int:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from kct.aggregation.job import build_session, decode_records, read_records, run_batch, run_stream
+    from kct.aggregation.job import (
+        build_session,
+        decode_records,
+        read_records,
+        register_jvm_decoder,
+        run_batch,
+        run_stream,
+    )
 
     t0 = time.perf_counter()
     topic, records = fill_topic(args.bootstrap, args.pushes, args.clients, args.partitions)
@@ -292,7 +299,12 @@ def main() -> int:
             line("decode", took, records, points, cpu=_LAST_CPU[0])
             took, _ = timed(lambda: aggregate_client_metrics(decoded)
                             .write.format("noop").mode("overwrite").save())
-            line("aggregate", took, records, points, cpu=_LAST_CPU[0])
+            line("aggregate", took, records, points, "(Spark SQL over the decoded points)", _LAST_CPU[0])
+            if register_jvm_decoder(spark):
+                from kct.aggregation.client_windows import client_metrics_from_records
+
+                took, _ = timed(lambda: client_metrics_from_records(raw).write.format("noop").mode("overwrite").save())
+                line("aggregate", took, records, points, "(ClientWindows over the records)", _LAST_CPU[0])
             metrics = aggregate_client_metrics(decoded).persist()
             metrics.count()
             took, _ = timed(lambda: rollups(metrics).write.format("noop").mode("overwrite").save())
