@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from preconditions import require_module
+from preconditions import missing_precondition, require_module
 
 require_module("pyspark", "the aggregation runs on Spark (the test extras install it)")
 require_module("pyarrow", "the Kafka source hands Spark Arrow batches (the test extras install it)")
@@ -17,7 +20,6 @@ require_module("pyarrow", "the Kafka source hands Spark Arrow batches (the test 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
-
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -39,3 +41,20 @@ def spark() -> Iterator[Any]:
     yield session
     session.stop()
 
+
+
+@pytest.fixture(scope="session")
+def jvm_decoder(spark: Any) -> Any:
+    """The session with the OTLP decoder jar (the decoder function and ClientWindows), built when missing."""
+    from kct.aggregation.job import decoder_jar, register_jvm_decoder
+
+    jar = decoder_jar()
+    if jar is None:
+        if shutil.which("mvn") is None:
+            missing_precondition("the OTLP decoder jar is not built and mvn is not available")
+        install = Path(__file__).resolve().parents[3] / "dev" / "spark-deps" / "install.py"
+        subprocess.run([sys.executable, str(install), "--decoder-only"], check=True, capture_output=True)
+        jar = decoder_jar()
+    assert jar is not None
+    assert register_jvm_decoder(spark, jar)  # ADD JAR: the classes are then on the session's class loader
+    return spark

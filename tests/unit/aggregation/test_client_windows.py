@@ -11,14 +11,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from preconditions import missing_precondition
 from test_jvm_decoder import _exotic_push
 
 from kct.aggregation.client_windows import (
@@ -29,7 +25,7 @@ from kct.aggregation.client_windows import (
 )
 from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import RAW_SCHEMA_DDL
-from kct.aggregation.job import decode_records, decoder_jar, register_jvm_decoder
+from kct.aggregation.job import decode_records
 from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient, build_request
 from kct.aggregation.transforms import (
     CLIENT_METRICS_COLUMNS,
@@ -48,17 +44,9 @@ LOOKBACK = 5
 
 
 @pytest.fixture(scope="module")
-def jvm(spark: Any) -> Any:
-    jar = decoder_jar()
-    if jar is None:
-        if shutil.which("mvn") is None:
-            missing_precondition("the OTLP decoder jar is not built and mvn is not available")
-        subprocess.run([sys.executable, str(REPO / "dev" / "spark-deps" / "install.py"), "--decoder-only"],
-                       check=True, capture_output=True)
-        jar = decoder_jar()
-    assert jar is not None
-    assert register_jvm_decoder(spark, jar)  # ADD JAR: the class is then on the session's class loader
-    return spark
+def jvm(jvm_decoder: Any) -> Any:
+    """The session with the decoder jar, which holds ClientWindows (conftest.py)."""
+    return jvm_decoder
 
 
 def _record(offset: int, value: bytes | None, key: bytes | None,

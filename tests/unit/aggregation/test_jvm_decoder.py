@@ -9,38 +9,18 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import shutil
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import pytest
-from preconditions import missing_precondition
-
 from kct.aggregation.decode import RAW_SCHEMA_DDL, decode_push, jvm_points
-from kct.aggregation.job import decode_records, decoder_jar, register_jvm_decoder
+from kct.aggregation.job import decode_records
 from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient, build_request
 from kct.otlp import labels as L
 
 S = 1_000_000_000
 REPO = Path(__file__).resolve().parents[3]
 T0 = 1_763_700_000 * S
-
-
-@pytest.fixture(scope="module")
-def jvm_decoder(spark: Any) -> Any:
-    jar = decoder_jar()
-    if jar is None:
-        if shutil.which("mvn") is None:
-            missing_precondition("the OTLP decoder jar is not built and mvn is not available")
-        subprocess.run([sys.executable, str(REPO / "dev" / "spark-deps" / "install.py"), "--decoder-only"],
-                       check=True, capture_output=True)
-        jar = decoder_jar()
-    assert jar is not None
-    assert register_jvm_decoder(spark, jar)
-    return spark
 
 
 def _record(offset: int, value: bytes | None, key: bytes | None = None,
