@@ -9,8 +9,10 @@ arrays and aggregates each series window by window, quantiles included: the same
 for bit (tests/unit/aggregation/test_client_windows.py); rows go in and out as Spark's InternalRow.
 
 For a stream, `client_metrics_and_last_rows` also takes each cumulative series' last point from earlier
-micro-batches (the SQL path's `previous`) and returns each series' newest point for the next micro-batch
-(not wired into kct.aggregation.stream yet).
+micro-batches (the SQL path's `previous`), only the points of a time range (the windows a micro-batch
+finalizes), and returns each series' newest point for the next micro-batch; `with_push_times` gives each
+record its points' time range (a Java UDF, no point rows), which kct.aggregation.stream.advance_records
+keeps records and finalizes windows by.
 """
 
 from __future__ import annotations
@@ -27,10 +29,16 @@ __all__ = [
     "label_spec",
     "last_points_of",
     "metrics_of",
+    "points_before",
     "quantile_spec",
+    "with_push_times",
 ]
 
 JVM_CLASS: Final = "dev.kct.otlp.ClientWindows"
+# Java UDFs of the decoder jar: a push's [earliest, newest] point time_unix_nano, and its points before a time.
+PUSH_TIMES_FUNCTION: Final = "kct_push_times"
+POINTS_BEFORE_FUNCTION: Final = "kct_push_points_before"
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
 def label_spec() -> str:
@@ -63,12 +71,37 @@ def client_metrics_from_records(records: Any, *, window_seconds: int = 60, lookb
 
 
 def client_metrics_and_last_rows(records: Any, *, window_seconds: int = 60, lookback_windows: int = 5,
-                                 previous: Any | None = None) -> Any:
+                                 previous: Any | None = None, from_ns: int | None = None,
+                                 until_ns: int | None = None) -> Any:
     """For a stream: the client_metrics rows (`_kind` 0) and each cumulative series' newest point (`_kind`
     1) in one DataFrame, as `transforms.client_metrics_and_last(points, previous=previous)` computes them;
-    `previous` holds LAST_POINT_COLUMNS rows from earlier micro-batches. Persist it, then split it with
-    `metrics_of` and `last_points_of` (each is a filter of it)."""
-    return _aggregate(records, previous, True, window_seconds, lookback_windows)
+    `previous` holds LAST_POINT_COLUMNS rows from earlier micro-batches; only the points with `from_ns <=
+    time_unix_nano < until_ns` are taken (None: no bound). Persist it, then split it with `metrics_of` and
+    `last_points_of` (each is a filter of it)."""
+    return _aggregate(records, previous, True, window_seconds, lookback_windows,
+                      _LONG_MIN if from_ns is None else from_ns, _LONG_MAX if until_ns is None else until_ns)
+
+
+def with_push_times(records: Any) -> Any:
+    """`records` with column `_times`: [earliest, newest] time_unix_nano of each push's data points (null: no
+    points, or not a push), parsed in Java without a row per point. Needs the decoder jar."""
+    from pyspark.sql import functions as F
+
+    _register_time_functions(records.sparkSession)
+    return records.withColumn("_times", F.expr(f"{PUSH_TIMES_FUNCTION}(value)"))
+
+
+def points_before(records: Any, before_ns: int) -> Any:
+    """A column: the number of each record's data points with time_unix_nano before `before_ns`."""
+    from pyspark.sql import functions as F
+
+    _register_time_functions(records.sparkSession)
+    return F.expr(f"{POINTS_BEFORE_FUNCTION}(value, CAST({int(before_ns)} AS BIGINT))")
+
+
+def _register_time_functions(spark: Any) -> None:
+    spark.udf.registerJavaFunction(PUSH_TIMES_FUNCTION, "dev.kct.otlp.PushTimes", "array<bigint>")
+    spark.udf.registerJavaFunction(POINTS_BEFORE_FUNCTION, "dev.kct.otlp.PushTimes$Before", "bigint")
 
 
 def metrics_of(rows: Any) -> Any:
@@ -86,7 +119,7 @@ def last_points_of(rows: Any) -> Any:
 
 
 def _aggregate(records: Any, previous: Any | None, with_last: bool, window_seconds: int,
-               lookback_windows: int) -> Any:
+               lookback_windows: int, from_ns: int = _LONG_MIN, until_ns: int = _LONG_MAX) -> Any:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
@@ -94,6 +127,7 @@ def _aggregate(records: Any, previous: Any | None, with_last: bool, window_secon
     keyed = records.select(F.expr(instance_id_sql()).alias("_cid"), "value", "headers")
     zone = spark.conf.get("spark.sql.session.timeZone")
     jdf = spark._jvm.dev.kct.otlp.ClientWindows.aggregate(
-        keyed._jdf, None if previous is None else previous._jdf, with_last, int(window_seconds),
+        keyed._jdf, None if previous is None else previous._jdf, with_last, int(from_ns), int(until_ns),
+        int(window_seconds),
         int(lookback_windows), label_spec(), quantile_spec(), zone)
     return DataFrame(jdf, spark)

@@ -50,10 +50,11 @@ class SourceConfig(StrictModel):
     # Which OTLP decoder: our JVM function (spark/otlp-decoder jar, built by dev/spark-deps/install.py),
     # the Python one (mapInArrow), or `auto`: the JVM one when its jar is built, Python otherwise.
     decoder: Literal["auto", "jvm", "python"] = "auto"
-    # How batch mode computes client_metrics: `sql` (decoded points, Spark SQL: kct.aggregation.transforms),
-    # `jvm` (records grouped per client instance, one Java loop each: kct.aggregation.client_windows; needs the
-    # decoder jar; the same rows, ~7x less CPU), or `auto`: jvm when the decoder jar is there and `decoder` is
-    # not `python`, sql otherwise. The stream aggregates with sql so far (`jvm` is refused there).
+    # How client_metrics are computed (batch and stream): `sql` (decoded points, Spark SQL:
+    # kct.aggregation.transforms), `jvm` (records grouped per client instance, one Java loop each:
+    # kct.aggregation.client_windows; needs the decoder jar; the same rows, ~7x less CPU), or `auto`: jvm when
+    # the decoder jar is there and `decoder` is not `python`, sql otherwise. A stream's checkpoint state is
+    # engine-specific (points for sql, records for jvm): changing it needs a new checkpoint.
     aggregation: Literal["auto", "sql", "jvm"] = "auto"
     # "earliest" / "latest" for a query without a checkpoint; afterwards the checkpoint decides.
     starting_offsets: Literal["earliest", "latest"] = "earliest"

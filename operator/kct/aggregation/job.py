@@ -332,18 +332,22 @@ def _write_once(store: Any, batch_id: int, outputs: dict[str, Callable[[], None]
             store.mark_written(batch_id, name)
 
 
-def _metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, int], None]:
-    """foreachBatch function: a micro-batch of points -> the windows it finalizes (kct.aggregation.stream):
-    client_metrics, the rollups and alerts derived from them, the optional Kafka topic, each written once
-    per batch id; then the stream state, saved before Spark commits the batch."""
-    from kct.aggregation.stream import StateStore, advance
+def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
+                          client_windows: bool = False) -> Callable[[Any, int], None]:
+    """foreachBatch function: a micro-batch of points (with `client_windows`: of records, aggregated by
+    ClientWindows) -> the windows it finalizes (kct.aggregation.stream): client_metrics, the rollups and
+    alerts derived from them, the optional Kafka topic, each written once per batch id; then the stream
+    state, saved before Spark commits the batch."""
+    from kct.aggregation.client_windows import with_push_times
+    from kct.aggregation.stream import StateStore, advance, advance_records
 
     store = StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics_state")
+    step_of = advance_records if client_windows else advance
 
     def write(batch: Any, batch_id: int) -> None:
-        points = batch.persist()
+        points = (with_push_times(batch) if client_windows else batch).persist()
         try:
-            step = advance(store.load(batch_id), points, window_seconds=cfg.window.size_seconds,
+            step = step_of(store.load(batch_id), points, window_seconds=cfg.window.size_seconds,
                            watermark_seconds=cfg.window.watermark_seconds,
                            lookback_windows=cfg.window.counter_lookback_windows)
             # The finalized points sorted per series feed both client_metrics and the state's last points.
@@ -409,10 +413,11 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     """Start the streaming queries; with `untilDrained` wait until both drained the topic."""
     from pyspark.sql import functions as F
 
-    if cfg.source.aggregation == "jvm":
-        raise RuntimeError("source.aggregation jvm is batch only so far: the stream aggregates with sql")
-
-    points = decode_records(read_records(spark, cfg, streaming=True), cfg)
+    client_windows = _use_client_windows(spark, cfg)
+    records = read_records(spark, cfg, streaming=True)
+    points = records if client_windows else decode_records(records, cfg)
+    print("kct aggregate: stream client_metrics "
+          + ("per client instance on the JVM (ClientWindows)" if client_windows else "with Spark SQL"), flush=True)
     # Only terminating pushes matter here (KIP-714 sends client.terminating in the final push): filter on the
     # record header before decoding, so this second query does not decode every push again.
     final_pushes = read_records(spark, cfg, streaming=True).where(_terminating_header())
@@ -430,7 +435,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
         trigger(
             points.writeStream.queryName("kct_client_metrics").outputMode("append")
             .option("checkpointLocation", f"{checkpoints}/client_metrics")
-            .foreachBatch(_metrics_batch_writer(spark, cfg))
+            .foreachBatch(_metrics_batch_writer(spark, cfg, client_windows))
         ).start(),
         trigger(
             ending.writeStream.queryName("kct_terminations").outputMode("append")
@@ -455,8 +460,8 @@ def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str,
 
 
 def _use_client_windows(spark: Any, cfg: AggregationConfig) -> bool:
-    """Whether batch mode computes client_metrics with ClientWindows (`source.aggregation`; the decoder jar
-    holds it)."""
+    """Whether client_metrics are computed with ClientWindows, in batch and stream mode (`source.aggregation`;
+    the decoder jar holds it)."""
     chosen = cfg.source.aggregation
     if chosen == "sql" or (chosen == "auto" and cfg.source.decoder == "python"):
         return False

@@ -10,11 +10,18 @@ batch transforms over the points of the windows it finalizes, and carries a smal
     max_time  the newest point time seen (event time); windows ending `watermarkSeconds` before it are final
     final_before  windows starting before it were finalized; a point for one of them is late and dropped
 
-`advance` is pure Spark (DataFrames in, DataFrames out); `StateStore` keeps one state per micro-batch id on
-the checkpoint's file system, written before Spark commits the batch and read back by the next one. A
-micro-batch replayed after a crash reads the state of the batch before it and gives the same result, so
-the state is idempotent by batch id; each output is marked written per batch id, so a replay does not
-append it twice.
+With ClientWindows (`advance_records`, kct.aggregation.client_windows) the micro-batches are records, not
+points, and `pending` holds the *records* with a point in a window not final yet (each record's point time
+range, `_times`, is read in Java without point rows): a record is kept until its newest point's window is
+final, and each micro-batch aggregates the kept and new records over the points of the windows it
+finalizes only ([final_before before, final_before now)), so a window is computed once, from all of its
+points, as the point path does. Late points (before the earlier final_before) are ignored and counted.
+
+`advance` and `advance_records` are pure Spark (DataFrames in, DataFrames out); `StateStore` keeps one
+state per micro-batch id on the checkpoint's file system, written before Spark commits the batch and read
+back by the next one. A micro-batch replayed after a crash reads the state of the batch before it and
+gives the same result, so the state is idempotent by batch id; each output is marked written per batch
+id, so a replay does not append it twice.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from pyspark.sql import functions as F
 
 from kct.aggregation.transforms import client_metrics_and_last, sorted_points_of
 
-__all__ = ["Advance", "StateStore", "StreamState", "advance"]
+__all__ = ["Advance", "StateStore", "StreamState", "advance", "advance_records"]
 
 _NS = 1_000_000_000
 
@@ -41,6 +48,7 @@ class StreamState:
     last: DataFrame | None = None
     max_time_ns: int | None = None
     final_before_s: int | None = None
+    records: bool = False  # pending holds records (advance_records), not points (advance)
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,9 @@ def advance(state: StreamState, points: DataFrame, *, window_seconds: int, water
     A window [s, s + size) is final once the newest point time is at least `watermark_seconds` past its end.
     `points` is read more than once: persist it.
     """
+    if state.records and state.pending is not None:
+        raise ValueError("the stream state holds records (source.aggregation jvm): keep jvm or start a new "
+                         "checkpoint")
     size = int(window_seconds)
     newest = points.agg(F.max("time_unix_nano")).first()
     batch_max = None if newest is None else newest[0]
@@ -95,6 +106,59 @@ def advance(state: StreamState, points: DataFrame, *, window_seconds: int, water
     next_state = StreamState(pending=everything.where(~final), last=last, max_time_ns=max_time,
                              final_before_s=final_before)
     return Advance(finalized, late, next_state, sorted_points)
+
+
+def _final_before(state: StreamState, batch_max: int | None, *, window_seconds: int,
+                  watermark_seconds: int) -> tuple[int | None, int | None]:
+    """The newest point time seen and the start of the first window not final: (None, None) before any point."""
+    max_time = max((t for t in (state.max_time_ns, batch_max) if t is not None), default=None)
+    if max_time is None:
+        return None, None
+    size = int(window_seconds)
+    final_before = (max_time // _NS - int(watermark_seconds)) // size * size
+    if state.final_before_s is not None:
+        final_before = max(final_before, state.final_before_s)
+    return max_time, final_before
+
+
+def advance_records(state: StreamState, records: DataFrame, *, window_seconds: int, watermark_seconds: int,
+                    lookback_windows: int) -> Advance:
+    """`advance` for records (decode.RAW_SCHEMA_DDL plus `_times`, client_windows.with_push_times): the same
+    windows, rows, late points and series' last points, computed per client instance by ClientWindows.
+
+    `finalized` is a filter of `sorted_points` (here ClientWindows' rows, client_metrics and last points in
+    one): persist that first. `records` is read more than once: persist it."""
+    from kct.aggregation.client_windows import client_metrics_and_last_rows, last_points_of, metrics_of, points_before
+
+    if state.pending is not None and not state.records:
+        raise ValueError("the stream state holds points (source.aggregation sql): keep sql or start a new checkpoint")
+    newest = records.agg(F.max(F.col("_times")[1])).first()
+    max_time, final_before = _final_before(state, None if newest is None else newest[0],
+                                           window_seconds=window_seconds, watermark_seconds=watermark_seconds)
+    if max_time is None or final_before is None:
+        return Advance(None, 0, state)
+    late = 0
+    on_time = records.where(F.col("_times").isNotNull())
+    if state.final_before_s is not None:
+        cut = state.final_before_s * _NS
+        behind = records.where(F.col("_times")[0] < F.lit(cut))
+        counted = behind.agg(F.sum(points_before(records, cut))).first()
+        late = int((None if counted is None else counted[0]) or 0)
+        on_time = records.where(F.col("_times")[1] >= F.lit(cut))  # records with a point not late
+    everything = on_time if state.pending is None else state.pending.unionByName(on_time)
+    next_pending = everything.where(F.col("_times")[1] >= F.lit(final_before * _NS))
+    if state.final_before_s is not None and final_before <= state.final_before_s:
+        return Advance(None, late, StreamState(pending=next_pending, last=state.last, max_time_ns=max_time,
+                                               final_before_s=final_before, records=True))
+    rows = client_metrics_and_last_rows(
+        everything, window_seconds=window_seconds, lookback_windows=lookback_windows, previous=state.last,
+        from_ns=None if state.final_before_s is None else state.final_before_s * _NS, until_ns=final_before * _NS)
+    # A series' last point older than this can never be the previous point of a window still to come.
+    horizon_ns = (final_before - int(lookback_windows) * int(window_seconds)) * _NS
+    last = last_points_of(rows).where(F.col("time_unix_nano") >= F.lit(horizon_ns))
+    next_state = StreamState(pending=next_pending, last=last, max_time_ns=max_time, final_before_s=final_before,
+                             records=True)
+    return Advance(metrics_of(rows), late, next_state, rows)
 
 
 class StateStore:
@@ -134,7 +198,7 @@ class StateStore:
         return StreamState(
             pending=read(f"{base}/pending") if meta["pending"] else None,
             last=read(f"{base}/last") if meta["last"] else None,
-            max_time_ns=meta["maxTimeNs"], final_before_s=meta["finalBeforeS"],
+            max_time_ns=meta["maxTimeNs"], final_before_s=meta["finalBeforeS"], records=meta.get("records", False),
         )
 
     def save(self, batch_id: int, state: StreamState) -> None:
@@ -143,7 +207,8 @@ class StateStore:
         staging = f"{self._root}/_staging-{batch_id}"
         self._fs.delete(self._Path(staging), True)
         meta = {"maxTimeNs": state.max_time_ns, "finalBeforeS": state.final_before_s,
-                "pending": state.pending is not None, "last": state.last is not None}
+                "pending": state.pending is not None, "last": state.last is not None,
+                "records": state.records}
         if state.pending is not None:
             state.pending.write.mode("overwrite").parquet(f"{staging}/pending")
         if state.last is not None:

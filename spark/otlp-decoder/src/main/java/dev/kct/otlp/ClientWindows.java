@@ -58,8 +58,8 @@ import org.apache.spark.unsafe.types.UTF8String;
  * -0.0 = 0.0); a cumulative point's increment is over the series' previous point when that lies at most
  * {@code lookbackWindows} windows before the point's window; a reset (the level dropped, or the start time
  * changed) of a monotonic series counts the whole value; a first-seen point counts its whole value when its
- * start time is within the look-back horizon. Batch only: a stream's per-series last points from earlier
- * micro-batches (the SQL path's {@code previous}) are not taken yet.
+ * start time is within the look-back horizon. For a stream, each series' last point from earlier micro-batches
+ * (the SQL path's {@code previous}) seeds it, and a time range restricts the points taken.
  */
 public final class ClientWindows {
   private ClientWindows() {}
@@ -93,8 +93,23 @@ public final class ClientWindows {
    */
   public static Dataset<Row> aggregate(Dataset<Row> keyed, Dataset<Row> previous, boolean withLast,
       long windowSeconds, int lookbackWindows, String labelSpec, String quantileSpec, String timeZone) {
+    return aggregate(keyed, previous, withLast, Long.MIN_VALUE, Long.MAX_VALUE, windowSeconds, lookbackWindows,
+        labelSpec, quantileSpec, timeZone);
+  }
+
+  /**
+   * As {@link #aggregate(Dataset, Dataset, boolean, long, int, String, String, String)}, over the points with
+   * {@code fromNanos <= time_unix_nano < untilNanos} only (the others are ignored, as if not in the push): a
+   * stream's micro-batch keeps the records of windows not final yet and aggregates only the windows it
+   * finalizes, without the points of windows finalized earlier.
+   */
+  public static Dataset<Row> aggregate(Dataset<Row> keyed, Dataset<Row> previous, boolean withLast,
+      long fromNanos, long untilNanos, long windowSeconds, int lookbackWindows, String labelSpec,
+      String quantileSpec, String timeZone) {
     Labels labels = Labels.parse(labelSpec);
     Spec spec = new Spec(windowSeconds, lookbackWindows, timeZone, quantileSpec, labels.names.length, withLast);
+    spec.fromNanos = fromNanos;
+    spec.untilNanos = untilNanos;
     Dataset<Row> input = keyed.select("_cid", "value", "headers");
     if (previous != null) {
       Dataset<Row> seeds = previous.select(functions.col("client_instance_id").as("_cid"), functions.struct(
@@ -121,6 +136,12 @@ public final class ClientWindows {
     final BigDecimal[] quantiles;
     final int labelCount;
     final boolean withLast;
+    long fromNanos = Long.MIN_VALUE; // points outside [fromNanos, untilNanos) are ignored
+    long untilNanos = Long.MAX_VALUE;
+
+    boolean takes(long timeNanos) {
+      return timeNanos >= fromNanos && timeNanos < untilNanos;
+    }
 
     Spec(long size, int lookback, String zone, String quantileSpec, int labelCount, boolean withLast) {
       this.size = size;
@@ -281,7 +302,7 @@ public final class ClientWindows {
           InternalRow first = pending != null ? pending : records.next();
           pending = null;
           UTF8String instance = first.isNullAt(0) ? null : first.getUTF8String(0).clone();
-          Client client = new Client();
+          Client client = new Client(spec);
           add(client, first);
           while (records.hasNext()) {
             InternalRow record = records.next();
@@ -372,6 +393,11 @@ public final class ClientWindows {
   static final class Client {
     private final HashMap<MetricKey, HashMap<Object, Series>> byMetric = new HashMap<>();
     private final List<Series> all = new ArrayList<>();
+    private final Spec spec;
+
+    Client(Spec spec) {
+      this.spec = spec;
+    }
 
     List<Series> series() {
       return all;
@@ -408,6 +434,9 @@ public final class ClientWindows {
               OtlpPoints.temporality(metric.getHistogram().getAggregationTemporalityValue()), null);
           HashMap<Object, Series> m = null;
           for (HistogramDataPoint p : metric.getHistogram().getDataPointsList()) {
+            if (!spec.takes(p.getTimeUnixNano())) {
+              continue;
+            }
             m = m == null ? metric(key.metric(), key.type(), key.temporality(), null) : m;
             Map<String, String> attrs = OtlpPoints.attributes(p.getAttributesList());
             String ak = OtlpPoints.key(attrs);
@@ -427,6 +456,9 @@ public final class ClientWindows {
               OtlpPoints.temporality(metric.getExponentialHistogram().getAggregationTemporalityValue()), null);
           HashMap<Object, Series> m = null;
           for (ExponentialHistogramDataPoint p : metric.getExponentialHistogram().getDataPointsList()) {
+            if (!spec.takes(p.getTimeUnixNano())) {
+              continue;
+            }
             m = m == null ? metric(key.metric(), key.type(), key.temporality(), null) : m;
             Map<String, String> attrs = OtlpPoints.attributes(p.getAttributesList());
             String ak = OtlpPoints.key(attrs);
@@ -442,6 +474,9 @@ public final class ClientWindows {
           MetricKey key = new MetricKey(name, "summary", null, null);
           HashMap<Object, Series> m = null;
           for (SummaryDataPoint p : metric.getSummary().getDataPointsList()) {
+            if (!spec.takes(p.getTimeUnixNano())) {
+              continue;
+            }
             m = m == null ? metric(key.metric(), key.type(), null, null) : m;
             Map<String, String> attrs = OtlpPoints.attributes(p.getAttributesList());
             String ak = OtlpPoints.key(attrs);
@@ -499,6 +534,9 @@ public final class ClientWindows {
       }
       HashMap<Object, Series> m = metric(key.metric(), key.type(), key.temporality(), key.monotonic());
       for (NumberDataPoint p : points) {
+        if (!spec.takes(p.getTimeUnixNano())) {
+          continue;
+        }
         Map<String, String> attrs = OtlpPoints.attributes(p.getAttributesList());
         String ak = OtlpPoints.key(attrs);
         Series s = series(m, key, ak, ak);
