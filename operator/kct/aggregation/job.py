@@ -332,6 +332,12 @@ def _write_once(store: Any, batch_id: int, outputs: dict[str, Callable[[], None]
             store.mark_written(batch_id, name)
 
 
+def _state_store(spark: Any, cfg: AggregationConfig) -> Any:
+    from kct.aggregation.stream import StateStore
+
+    return StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics_state")
+
+
 def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                           client_windows: bool = False) -> Callable[[Any, int], None]:
     """foreachBatch function: a micro-batch of points (with `client_windows`: of records, aggregated by
@@ -339,9 +345,9 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
     alerts derived from them, the optional Kafka topic, each written once per batch id; then the stream
     state, saved before Spark commits the batch."""
     from kct.aggregation.client_windows import with_push_times
-    from kct.aggregation.stream import StateStore, advance, advance_records
+    from kct.aggregation.stream import advance, advance_records
 
-    store = StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics_state")
+    store = _state_store(spark, cfg)
     step_of = advance_records if client_windows else advance
 
     def write(batch: Any, batch_id: int) -> None:
@@ -413,7 +419,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     """Start the streaming queries; with `untilDrained` wait until both drained the topic."""
     from pyspark.sql import functions as F
 
-    client_windows = _use_client_windows(spark, cfg)
+    client_windows = _stream_uses_client_windows(spark, cfg)
     records = read_records(spark, cfg, streaming=True)
     points = records if client_windows else decode_records(records, cfg)
     print("kct aggregate: stream client_metrics "
@@ -457,6 +463,19 @@ def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str,
     metrics = [F.count(F.lit(1)).alias("rows"), *(F.sum(c).alias(c) for c in observed_sums)]
     _write(df.observe(observed, *metrics), cfg, table, mode)
     return {name: int(observed.get.get(name) or 0) for name in ("rows", *observed_sums)}
+
+
+def _stream_uses_client_windows(spark: Any, cfg: AggregationConfig) -> bool:
+    """`_use_client_windows`, except that `auto` resuming a checkpoint whose state holds pending points of the
+    Spark SQL stream (a job upgraded in place) stays on Spark SQL: ClientWindows keeps records, and refuses
+    such a state. `jvm` with a new checkpoint path switches."""
+    if not _use_client_windows(spark, cfg):
+        return False
+    if cfg.source.aggregation == "auto" and _state_store(spark, cfg).holds_pending_points():
+        print("kct aggregate: the stream's state holds pending points of the Spark SQL engine: it stays on it",
+              flush=True)
+        return False
+    return True
 
 
 def _use_client_windows(spark: Any, cfg: AggregationConfig) -> bool:

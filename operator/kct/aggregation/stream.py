@@ -189,17 +189,30 @@ class StateStore:
         if not earlier:
             return StreamState()
         base = f"{self._root}/{earlier[-1]}"
-        stream = self._fs.open(self._Path(f"{base}/meta.json"))
-        try:
-            meta = json.loads(bytes(stream.readAllBytes()).decode())
-        finally:
-            stream.close()
+        meta = self._meta(base)
         read = self._spark.read.parquet
         return StreamState(
             pending=read(f"{base}/pending") if meta["pending"] else None,
             last=read(f"{base}/last") if meta["last"] else None,
             max_time_ns=meta["maxTimeNs"], final_before_s=meta["finalBeforeS"], records=meta.get("records", False),
         )
+
+    def holds_pending_points(self) -> bool:
+        """Whether the newest saved state keeps pending points (the Spark SQL stream's), which the ClientWindows
+        stream cannot take over (it keeps records)."""
+        batches = self._batches()
+        if not batches:
+            return False
+        meta = self._meta(f"{self._root}/{batches[-1]}")
+        return bool(meta["pending"]) and not meta.get("records", False)
+
+    def _meta(self, base: str) -> dict[str, Any]:
+        stream = self._fs.open(self._Path(f"{base}/meta.json"))
+        try:
+            meta: dict[str, Any] = json.loads(bytes(stream.readAllBytes()).decode())
+        finally:
+            stream.close()
+        return meta
 
     def save(self, batch_id: int, state: StreamState) -> None:
         """Write `state` as batch `batch_id`'s (replacing one left by an earlier attempt); drop old states."""

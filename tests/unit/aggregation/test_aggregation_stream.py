@@ -179,3 +179,36 @@ def test_series_state_is_bounded_by_the_lookback(spark: Any, tmp_path: Path) -> 
     micro_batch(spark, store, 1, points_df(spark, [point(QTIME, 1230, 1.0)]), lookback_windows=5)
     state = store.load(2)
     assert state.last is not None and state.last.count() == 0
+
+
+def test_auto_keeps_a_resumed_sql_stream_on_sql_and_jvm_is_still_refused_such_a_state(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a checkpoint whose newest state holds pending points of the Spark SQL stream (a job upgraded in
+    place), when the stream starts with `source.aggregation: auto` and the decoder jar, then it stays on Spark
+    SQL; with a fresh checkpoint it takes ClientWindows; a state of records (ClientWindows') does not hold it
+    back; and `advance_records` refuses a state of points with the way out."""
+    from kct.aggregation import job
+    from kct.aggregation.config import AggregationConfig
+    from kct.aggregation.stream import StreamState, advance_records
+
+    monkeypatch.setattr(job, "register_jvm_decoder", lambda _spark: True)
+
+    def config(checkpoints: Path) -> AggregationConfig:
+        return AggregationConfig.model_validate({
+            "source": {"bootstrapServers": "k:9092"}, "parquet": {"path": str(tmp_path / "out")},
+            "run": {"checkpointPath": str(checkpoints)}})
+
+    assert job._stream_uses_client_windows(spark, config(tmp_path / "fresh"))
+    resumed = config(tmp_path / "sql")
+    store = job._state_store(spark, resumed)
+    micro_batch(spark, store, 0, points_df(spark, [counter(10, 5, start_s=-1), counter(70, 9, start_s=-1)]))
+    assert store.holds_pending_points()
+    assert not job._stream_uses_client_windows(spark, resumed)
+    with pytest.raises(ValueError, match="new checkpoint"):
+        advance_records(store.load(1), spark.range(0).toDF("x"), window_seconds=60, watermark_seconds=60,
+                        lookback_windows=5)
+    records = config(tmp_path / "jvm")
+    job._state_store(spark, records).save(0, StreamState(pending=spark.range(1).toDF("x"), max_time_ns=0,
+                                                         final_before_s=0, records=True))
+    assert not job._state_store(spark, records).holds_pending_points()
+    assert job._stream_uses_client_windows(spark, records)
