@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from test_client_windows import T0, S, _raw_records, _rows
-from test_client_windows import jvm as jvm_session
 
 from kct.aggregation import job
 from kct.aggregation.client_windows import client_metrics_from_records, with_push_times
@@ -29,9 +28,9 @@ CFG = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused",
 
 
 @pytest.fixture
-def jvm(spark: Any) -> Any:
-    """The session with the decoder jar (test_client_windows' fixture)."""
-    return jvm_session.__wrapped__(spark)
+def jvm(jvm_decoder: Any) -> Any:
+    """The session with the decoder jar (conftest.py): this module's tests, run alone, need it registered."""
+    return jvm_decoder
 
 
 def staged(spark: Any, late_beyond: bool) -> tuple[Any, int]:
