@@ -212,3 +212,35 @@ def test_auto_keeps_a_resumed_sql_stream_on_sql_and_jvm_is_still_refused_such_a_
                                                          final_before_s=0, records=True))
     assert not job._state_store(spark, records).holds_pending_points()
     assert job._stream_uses_client_windows(spark, records)
+
+
+def test_a_state_is_read_back_with_the_schema_it_was_saved_with_and_older_states_still_load(
+        spark: Any, tmp_path: Path) -> None:
+    """Given a saved state, when it is loaded, then its parts are read with the schema kept in its meta.json
+    (not inferred from Parquet footers: an extra column recorded there comes back, as nulls); and a state
+    saved before schemas were kept (no `schemas` in meta.json) loads with the inferred ones."""
+    import json
+
+    from kct.aggregation.stream import StreamState
+
+    store = StateStore(spark, str(tmp_path / "state"))
+    pending = spark.createDataFrame([(1, "a")], "n BIGINT, s STRING")
+    store.save(0, StreamState(pending=pending, max_time_ns=5, final_before_s=0, records=True))
+    loaded = store.load(1)
+    assert loaded.pending is not None and loaded.last is None
+    assert [(f.name, f.dataType.simpleString()) for f in loaded.pending.schema] == [("n", "bigint"), ("s", "string")]
+    assert [tuple(r) for r in loaded.pending.collect()] == [(1, "a")]
+
+    meta_path = tmp_path / "state" / "0" / "meta.json"
+    (tmp_path / "state" / "0" / ".meta.json.crc").unlink()  # Hadoop's checksum of the file edited here
+    meta = json.loads(meta_path.read_text())
+    meta["schemas"]["pending"]["fields"].append({"name": "extra", "type": "double", "nullable": True, "metadata": {}})
+    meta_path.write_text(json.dumps(meta))
+    with_extra = store.load(1).pending
+    assert with_extra is not None and [tuple(r) for r in with_extra.collect()] == [(1, "a", None)]
+
+    del meta["schemas"]
+    meta_path.write_text(json.dumps(meta))
+    older = store.load(1).pending
+    assert older is not None and [tuple(r) for r in older.select("n", "s").collect()] == [(1, "a")]
+    assert older.columns == ["n", "s"]
