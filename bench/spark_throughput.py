@@ -15,6 +15,11 @@ partitions' series, like KIP-714's sizing example) and, in one local[2] SparkSes
             groupBy(window, series) with min/max/avg/count -> Parquet: what Spark itself does on this machine
   ratio     batch (and stream) points/s divided by bare points/s, measured in this run
 
+With --warm-rounds N, N more batch runs over the same topic and N more stream runs, each over --pushes new
+pushes appended to the topic (the same clients, later in event time) on the same checkpoint: a stream runs
+for days, so its capacity is that of a JVM past its warm-up (the JIT compiler alone takes ~10 CPU-seconds
+of a first 1M-point run here). A stream round's points are those of the windows it finalized.
+
 With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points),
 `aggregate` (cached points -> client_metrics, noop sink), `rollups` (cached client_metrics -> rollups, noop
 sink) and `write` (cached client_metrics -> Parquet). With --jobs, after batch and stream: how many Spark jobs
@@ -41,30 +46,47 @@ from typing import Any
 S = 1_000_000_000
 
 
-def fill_topic(bootstrap: str, pushes: int, clients: int, partitions: int, interval_s: int = 10) -> tuple[str, int]:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+class TopicFiller:
+    """A fresh topic and a fleet of synthetic clients pushing every `interval_s` seconds of event time;
+    `fill(pushes)` appends the next pushes, continuing where the previous call stopped (the warm rounds
+    read the same topic further on)."""
 
-    from kct.aggregation.synthetic import SyntheticClient
+    def __init__(self, bootstrap: str, clients: int, partitions: int, rounds: int, interval_s: int = 10) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
 
-    topic = f"kct-bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.metrics.push": False, "linger.ms": 50,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 200_000})
-    rounds = max(1, pushes // clients)
-    begin = (time.time_ns() // (60 * S)) * 60 * S - rounds * interval_s * S
-    fleet = [SyntheticClient(f"bench-{i % 50}", started_ns=begin - S, seed=i + 1, partitions=partitions)
-             for i in range(clients)]
-    sent = 0
-    for k in range(rounds):
-        for c in fleet:
-            rec = c.push(begin + k * interval_s * S)
-            producer.produce(topic, key=rec.key, value=rec.value, headers=rec.headers)
-            producer.poll(0)
-            sent += 1
-    producer.flush(120)
-    return topic, sent
+        from kct.aggregation.synthetic import SyntheticClient
+
+        self.topic = f"kct-bench-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(self.topic, 2, 1)])[self.topic].result(30)
+        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.metrics.push": False, "linger.ms": 50,
+                                   "compression.type": "lz4", "queue.buffering.max.messages": 200_000})
+        self._interval_ns = interval_s * S
+        # The first `rounds` rounds end at the current minute; later ones go on into event-time future.
+        self._begin = (time.time_ns() // (60 * S)) * 60 * S - rounds * self._interval_ns
+        self._fleet = [SyntheticClient(f"bench-{i % 50}", started_ns=self._begin - S, seed=i + 1,
+                                       partitions=partitions) for i in range(clients)]
+        self._round = 0
+
+    def fill(self, pushes: int) -> int:
+        """Produce `pushes` more pushes (whole rounds of every client, at least one); returns how many."""
+        sent = 0
+        for _ in range(max(1, pushes // len(self._fleet))):
+            at = self._begin + self._round * self._interval_ns
+            for client in self._fleet:
+                rec = client.push(at)
+                self._producer.produce(self.topic, key=rec.key, value=rec.value, headers=rec.headers)
+                self._producer.poll(0)
+                sent += 1
+            self._round += 1
+        self._producer.flush(120)
+        return sent
+
+
+def fill_topic(bootstrap: str, pushes: int, clients: int, partitions: int) -> tuple[TopicFiller, int]:
+    filler = TopicFiller(bootstrap, clients, partitions, max(1, pushes // clients))
+    return filler, filler.fill(pushes)
 
 
 def delete_topics(bootstrap: str, topics: list[str]) -> None:
@@ -176,6 +198,42 @@ def job_config(args: argparse.Namespace, topic: str, work: Path, extra_source: d
     })
 
 
+def warm_batches(spark: Any, cfg: Any, args: argparse.Namespace, records: int, figures: dict[str, Any]) -> None:
+    """`--warm-rounds`: `run_batch` again over the same topic, each round timed."""
+    from kct.aggregation.job import run_batch
+
+    for k in range(args.warm_rounds):
+        before = (spark_jobs(spark), jvm_thread_cpu())
+        took, counts = timed(lambda: run_batch(spark, cfg))
+        line(f"batch w{k + 1}", took, records, int(counts["points"]), cpu=_LAST_CPU[0])
+        jobs_line(spark, before, args.jobs)
+        figures["batch_warm_points_s"] = round(int(counts["points"]) / took)
+
+
+def warm_streams(spark: Any, cfg: Any, args: argparse.Namespace, filler: TopicFiller, stream: Any,
+                 figures: dict[str, Any]) -> None:
+    """`--warm-rounds`: `--pushes` new pushes appended to the topic, then the stream again on its checkpoint."""
+    for k in range(args.warm_rounds):
+        more = filler.fill(args.pushes)
+        done = finalized_points(spark, cfg)
+        before = (spark_jobs(spark), jvm_thread_cpu())
+        took, _ = timed(stream)
+        cpu = _LAST_CPU[0]
+        finalized = finalized_points(spark, cfg) - done
+        line(f"stream w{k + 1}", took, more, finalized, "(points: those of the windows it finalized)", cpu)
+        jobs_line(spark, before, args.jobs)
+        figures["stream_warm_points_s"] = round(finalized / took)
+
+
+def finalized_points(spark: Any, cfg: Any) -> int:
+    """Data points in the stream's client_metrics table so far (every point is in one window's row)."""
+    from pyspark.sql import functions as F
+
+    from kct.aggregation.job import _path
+
+    return int(spark.read.parquet(_path(cfg, "client_metrics")).agg(F.sum("points")).first()[0] or 0)
+
+
 def bare_groupby(spark: Any, points: Any, work: Path, window_s: int) -> tuple[float, int]:
     """Spark alone: the points' window-able columns in Parquet (written untimed), then timed: read ->
     groupBy(window, series) min/max/avg/count -> Parquet. Returns (seconds, points)."""
@@ -213,6 +271,9 @@ def main() -> int:
     parser.add_argument("--stages", action="store_true", help="also time read, decode and aggregate alone")
     parser.add_argument("--jobs", action="store_true",
                         help="after batch and stream: Spark jobs, their tasks' CPU, JIT/GC/task thread CPU")
+    parser.add_argument("--warm-rounds", type=int, default=0, metavar="N",
+                        help="then N more batch runs over the same topic, and N more stream runs each over "
+                             "--pushes new pushes on the same checkpoint: the figures of a JVM past its warm-up")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = parser.parse_args()
     extra_source = dict(kv.split("=", 1) for kv in args.source)
@@ -229,8 +290,9 @@ def main() -> int:
     )
 
     t0 = time.perf_counter()
-    topic, records = fill_topic(args.bootstrap, args.pushes, args.clients, args.partitions)
-    demo_topic, demo_records = fill_topic(args.bootstrap, 24, 4, 10)
+    filler, records = fill_topic(args.bootstrap, args.pushes, args.clients, args.partitions)
+    demo_filler, demo_records = fill_topic(args.bootstrap, 24, 4, 10)
+    topic, demo_topic = filler.topic, demo_filler.topic
     print(f"topic {topic}: {records} pushes, topic {demo_topic}: {demo_records} pushes (demo-sized), "
           f"produced in {time.perf_counter() - t0:.1f}s", flush=True)
 
@@ -263,6 +325,7 @@ def main() -> int:
         jobs_line(spark, before, args.jobs)
         figures["batch_points_s"] = round(points / took)
         figures["batch_cpu_s"] = _LAST_CPU[0] and round(_LAST_CPU[0], 1)
+        warm_batches(spark, cfg, args, records, figures)
 
         if not args.no_stream:
             stream_cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"mode": "stream"}),
@@ -278,6 +341,7 @@ def main() -> int:
             jobs_line(spark, before, args.jobs)
             figures["stream_points_s"] = round(points / took)
             figures["stream_cpu_s"] = _LAST_CPU[0] and round(_LAST_CPU[0], 1)
+            warm_streams(spark, stream_cfg, args, filler, stream, figures)
 
         raw = read_records(spark, cfg, streaming=False).persist()
         raw.count()
