@@ -289,18 +289,34 @@ def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig) -> Any:
 
     if not cfg.rules:
         return None
-    first = batch.agg(F.min("window_start")).first()[0]
-    if first is None:
-        return None
     metrics = sorted({r.metric for r in cfg.rules})
     horizon = max(r.for_seconds for r in cfg.rules) + 2 * cfg.window.size_seconds
+    # Dates as the table's `date` column has them (yyyy-MM-dd in the session's time zone, not Python's).
+    first, since, until = batch.agg(
+        F.min("window_start"),
+        F.date_format(F.min("window_start") - F.expr(f"INTERVAL {horizon} SECONDS"), "yyyy-MM-dd"),
+        F.max("date")).first()
+    if first is None:
+        return None
+    dates = _date_partitions(spark, _path(cfg, "client_metrics"), since, until)
     history = (
-        spark.read.parquet(_path(cfg, "client_metrics"))
+        spark.read.option("basePath", _path(cfg, "client_metrics")).parquet(*dates)
         .where(F.col("metric").isin(metrics))
         .where(F.col("window_start") >= F.lit(first) - F.expr(f"INTERVAL {horizon} SECONDS"))
     )
     found = alerts(history, cfg.rules)
     return None if found is None else found.where(F.col("window_start") >= F.lit(first))
+
+
+def _date_partitions(spark: Any, table: str, since: str, until: str) -> list[str]:
+    """The folders of `table`'s date partitions from `since` to `until` (yyyy-MM-dd, both included): reading only
+    them, Spark lists only their files, not the whole table's (which grows with every micro-batch)."""
+    jvm = spark.sparkContext._jvm
+    root = jvm.org.apache.hadoop.fs.Path(table)
+    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    low, high = f"date={since}", f"date={until}"
+    names = [status.getPath().getName() for status in fs.listStatus(root) if status.isDirectory()]
+    return [f"{table}/{name}" for name in sorted(names) if name.startswith("date=") and low <= name <= high]
 
 
 def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any,

@@ -114,3 +114,30 @@ def test_a_staged_append_moves_each_file_once_across_attempts(spark: Any, tmp_pa
     appender.append(8, lambda path: spark.range(30, 31).write.mode("overwrite").parquet(path))
     assert not staging.exists()
     assert spark.read.parquet(str(table)).count() == 31
+
+
+def test_a_breach_run_across_midnight_reads_the_previous_date_and_not_older_ones(spark: Any, tmp_path: Path) -> None:
+    """Given a rule (queue time max > 5000 for more than 120 s) breached from 23:57 on, micro-batch 0 holding
+    the windows before midnight and micro-batch 1 those after it, and an old date partition of client_metrics
+    that is not Parquet at all,
+    When both micro-batches run,
+    Then batch 1's alerts date the run from 23:57 (the previous date's partition was read for the history)
+    and nothing failed on the old partition (only the dates the rule's look-back reaches are read)."""
+    import datetime as dt
+
+    from kct.aggregation.config import ThresholdRule
+
+    cfg = config(tmp_path).model_copy(update={"rules": (ThresholdRule(
+        name="queue", metric=QTIME, field="max", op=">", threshold=5000, for_seconds=120),)})
+    old = tmp_path / "out" / "client_metrics" / "date=2023-11-01"
+    old.mkdir(parents=True)
+    (old / "part-00000-old.parquet").write_bytes(b"not parquet")
+    # T0 is 2023-11-14 22:14:00 UTC: t = 6360 s is midnight.
+    write = job._metrics_batch_writer(spark, cfg)
+    write(points_df(spark, [point(QTIME, t, 7000.0) for t in (6200, 6230, 6290, 6350)]), 0)
+    write(points_df(spark, [point(QTIME, t, 7000.0) for t in (6370, 6430, 6490)]), 1)
+    fired = rows(spark, cfg, "alerts")
+    after = [a for a in fired if a.window_start >= dt.datetime(2023, 11, 15)]
+    assert {a.window_start.isoformat() for a in after} == {"2023-11-15T00:00:00", "2023-11-15T00:01:00"}
+    assert {a.breach_started_at.isoformat() for a in fired} == {"2023-11-14T23:57:00"}
+    assert {a.date for a in after} == {dt.date(2023, 11, 15)}
