@@ -3,19 +3,20 @@
 Wiring only: reading, decoding and the transforms live in their own modules and are tested there. Two
 modes share every transform:
 
-* `stream` (production): two Structured Streaming queries over the same topic. The first decodes and
-  hands each micro-batch of points to `foreachBatch`, which finalizes the windows the watermark has passed
-  (`kct.aggregation.stream`: the batch transforms plus a small state kept per batch id under the
-  checkpoint), writes client_metrics, derives rollups and alerts from it, and forwards it to the optional
-  Kafka topic. The second writes terminations (stateless). Checkpoints keep offsets and state.
+* `stream` (production): one Structured Streaming query over the topic. Each micro-batch (of decoded points,
+  or with ClientWindows of records) goes to `foreachBatch`, which finalizes the windows the watermark has
+  passed (`kct.aggregation.stream`: the batch transforms plus a small state kept per batch id under the
+  checkpoint), writes client_metrics, derives rollups and alerts from it, forwards it to the optional
+  Kafka topic, and writes the micro-batch's terminations (stateless, from the same cached micro-batch: a
+  second query read the whole topic again for them). Checkpoints keep offsets and state.
 * `batch`: one read of the topic up to its current end, every window (also the still-open ones), outputs
   overwritten; for tests, demos, backfills and the hourly ScheduledSparkApplication.
 
-Delivery: each of a micro-batch's outputs (client_metrics, rollups, alerts, the Kafka topic) is marked
+Delivery: each of a micro-batch's outputs (client_metrics, rollups, alerts, terminations, the Kafka topic) is marked
 written per batch id once written, so a batch replayed after a crash writes only what it had not. A Parquet
 append goes through a staging folder per batch id (kct.aggregation.delivery), so a crash between the append
 and its mark does not append it twice on replay either; the Kafka output of a batch interrupted mid-way is
-sent again (at least once). Terminations are marked and staged the same way.
+sent again (at least once).
 """
 
 from __future__ import annotations
@@ -358,8 +359,8 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                           client_windows: bool = False) -> Callable[[Any, int], None]:
     """foreachBatch function: a micro-batch of points (with `client_windows`: of records, aggregated by
     ClientWindows) -> the windows it finalizes (kct.aggregation.stream): client_metrics, the rollups and
-    alerts derived from them, the optional Kafka topic, each written once per batch id; then the stream
-    state, saved before Spark commits the batch."""
+    alerts derived from them, the optional Kafka topic; and the micro-batch's terminations; each written once
+    per batch id; then the stream state, saved before Spark commits the batch."""
     from kct.aggregation.client_windows import with_push_times
     from kct.aggregation.stream import advance, advance_records
 
@@ -378,12 +379,14 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
             if step.late_points:
                 print(f"kct aggregate: batch {batch_id}: {step.late_points} late points dropped "
                       "(their window was final)", file=sys.stderr, flush=True)
-            if step.finalized is not None:
-                metrics = step.finalized.persist()
-                try:
-                    if not metrics.isEmpty():
-                        _write_once(store, batch_id, _metrics_outputs(spark, cfg, metrics, batch_id))
-                finally:
+            metrics = None if step.finalized is None else step.finalized.persist()
+            try:
+                outputs = {} if metrics is None or metrics.isEmpty() else _metrics_outputs(spark, cfg, metrics,
+                                                                                           batch_id)
+                outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows)
+                _write_once(store, batch_id, outputs)
+            finally:
+                if metrics is not None:
                     metrics.unpersist()
             store.save(batch_id, step.state)
             store.forget_outputs_before(batch_id)
@@ -395,22 +398,20 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
     return write
 
 
-def _terminations_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, int], None]:
-    """foreachBatch function of the terminations query: appended once per batch id, as the metrics outputs
-    (a batch replayed after a driver crash does not append its terminations again)."""
-    from kct.aggregation.stream import StateStore
+def _terminations_output(spark: Any, cfg: AggregationConfig, batch: Any, batch_id: int,
+                         records: bool) -> Callable[[], None]:
+    """A micro-batch's terminations, appended once per batch id like its other outputs. From the micro-batch
+    the metrics use (cached): decoded points, or with `records` the records that may hold one, decoded here
+    (as `run_batch`). One query reads the topic, not a second one for terminations."""
     from kct.aggregation.transforms import terminations
 
-    store = StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/terminations_state")
-
-    def write(batch: Any, batch_id: int) -> None:
-        found = terminations(batch)
+    def append() -> None:
+        ending = decode_records(batch.where(_may_terminate()).drop("_times"), cfg) if records else batch
+        found = terminations(ending)
         if not found.isEmpty():
-            _write_once(store, batch_id,
-                        {"terminations": lambda: _append_once(spark, cfg, "terminations", batch_id, found)})
-        store.forget_outputs_before(batch_id)
+            _append_once(spark, cfg, "terminations", batch_id, found)
 
-    return write
+    return append
 
 
 def _terminating_header() -> Any:
@@ -432,40 +433,22 @@ def _may_terminate() -> Any:
 
 
 def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
-    """Start the streaming queries; with `untilDrained` wait until both drained the topic."""
-    from pyspark.sql import functions as F
-
+    """Start the streaming query; with `untilDrained` it stops once it drained the topic."""
     client_windows = _stream_uses_client_windows(spark, cfg)
     records = read_records(spark, cfg, streaming=True)
     points = records if client_windows else decode_records(records, cfg)
     print("kct aggregate: stream client_metrics "
           + ("per client instance on the JVM (ClientWindows)" if client_windows else "with Spark SQL"), flush=True)
-    # Only terminating pushes matter here (KIP-714 sends client.terminating in the final push): filter on the
-    # record header before decoding, so this second query does not decode every push again.
-    final_pushes = read_records(spark, cfg, streaming=True).where(_terminating_header())
-    ending = decode_records(final_pushes, cfg).where(
-        F.col("terminating") | F.col("metric").endswith("client.terminating")
+    writer = (
+        points.writeStream.queryName("kct_client_metrics").outputMode("append")
+        .option("checkpointLocation", f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics")
+        .foreachBatch(_metrics_batch_writer(spark, cfg, client_windows))
     )
-    checkpoints = cfg.checkpoint_dir().rstrip("/")
-
-    def trigger(writer: Any) -> Any:
-        if cfg.run.until_drained:
-            return writer.trigger(availableNow=True)
-        return writer.trigger(processingTime=f"{cfg.run.trigger_seconds} seconds")
-
-    queries = [
-        trigger(
-            points.writeStream.queryName("kct_client_metrics").outputMode("append")
-            .option("checkpointLocation", f"{checkpoints}/client_metrics")
-            .foreachBatch(_metrics_batch_writer(spark, cfg, client_windows))
-        ).start(),
-        trigger(
-            ending.writeStream.queryName("kct_terminations").outputMode("append")
-            .option("checkpointLocation", f"{checkpoints}/terminations")
-            .foreachBatch(_terminations_batch_writer(spark, cfg))
-        ).start(),
-    ]
-    return queries
+    if cfg.run.until_drained:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{cfg.run.trigger_seconds} seconds")
+    return [writer.start()]
 
 
 def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str,

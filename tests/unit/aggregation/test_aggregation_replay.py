@@ -49,9 +49,10 @@ def test_a_replayed_metrics_batch_appends_its_windows_once(spark: Any, tmp_path:
 
 def test_a_replayed_terminations_batch_appends_them_once(spark: Any, tmp_path: Path) -> None:
     """Given a micro-batch with a terminating push, When it runs twice with the same batch id (a replay)
-    and then the next batch runs, Then the terminations table holds one row per terminating push."""
+    and then the next batch runs, Then the terminations table holds one row per terminating push (written
+    by the metrics query's foreachBatch, as its other outputs)."""
     cfg = config(tmp_path)
-    write = job._terminations_batch_writer(spark, cfg)
+    write = job._metrics_batch_writer(spark, cfg)
     ending = points_df(spark, [point(QTIME, 70, 1.0, terminating=True, offset=2)])
     later = points_df(spark, [point(QTIME, 80, 1.0, terminating=True, offset=5, client_instance_id="inst-2")])
     write(ending, 0)

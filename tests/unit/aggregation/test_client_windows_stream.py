@@ -235,3 +235,37 @@ def test_a_replayed_jvm_metrics_batch_appends_its_windows_once(jvm: Any, tmp_pat
     write_sql(decode_records(first, sql_cfg), 0)
     write_sql(decode_records(second, sql_cfg), 1)
     assert _rows(jvm.read.parquet(f"{sql_cfg.parquet.path}/client_metrics"), CLIENT_METRICS_COLUMNS) == once
+
+
+def test_the_jvm_streams_micro_batches_write_the_terminations_batch_mode_finds(jvm: Any, tmp_path: Path) -> None:
+    """Given the test records in micro-batches (a terminating push among them) plus a copy of that push
+    without its `terminating` header (only its `client.terminating` metric says so), at another offset,
+    When the job's foreachBatch with ClientWindows runs over every micro-batch (one of them twice: a replay),
+    Then the terminations table holds the rows batch mode derives from all the records: both pushes, once."""
+    from pyspark.sql import functions as F
+
+    from kct.aggregation.config import ParquetOutputConfig, RunConfig, SourceConfig, WindowConfig
+    from kct.aggregation.transforms import terminations
+    from kct.otlp import labels as L
+
+    cfg = AggregationConfig(
+        source=SourceConfig(bootstrap_servers="unused:9092", decoder="jvm"),
+        parquet=ParquetOutputConfig(path=str(tmp_path / "out")), run=RunConfig(checkpoint_path=str(tmp_path / "cp")),
+        window=WindowConfig(size_seconds=60, watermark_seconds=120))
+    records, batches = staged(jvm, late_beyond=False)
+    flags = [L.TERMINATING.name.lower(), L.TERMINATING.http_header.lower()]
+    flagged = F.exists("headers", lambda h: F.lower(h.key).isin(flags) & (F.lower(h.value.cast("string")) == "true"))
+    unflagged = records.where(flagged).withColumn("offset", F.col("offset") + 100_000).withColumn(
+        "headers", F.filter("headers", lambda h: ~F.lower(h.key).isin(flags)))
+    assert records.where(flagged).count() == 1
+    records = records.unionByName(unflagged).persist()
+    write = job._metrics_batch_writer(jvm, cfg, client_windows=True)
+    for b in range(batches):
+        write(records.where(F.col("_b") == b).drop("_b"), b)
+        if b == batches // 2:
+            write(records.where(F.col("_b") == b).drop("_b"), b)
+    columns = tuple(terminations(decode_records(records.drop("_b"), cfg)).columns)
+    want = _rows(terminations(decode_records(records.drop("_b"), cfg)), columns)
+    table = jvm.read.parquet(f"{cfg.parquet.path}/terminations").withColumn("date", F.col("date").cast("string"))
+    got = _rows(table.select(*columns), columns)  # the partition column reads back as a date
+    assert len(want) == 2 and got == want
