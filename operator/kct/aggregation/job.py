@@ -244,17 +244,35 @@ def _path(cfg: AggregationConfig, table: str) -> str:
     return f"{cfg.parquet.path.rstrip('/')}/{table}"
 
 
-def _write(df: Any, cfg: AggregationConfig, table: str, mode: str, path: str | None = None) -> None:
+# Rows per Parquet file a write aims at (client_metrics compresses to ~20-60 bytes a row: tens of MB a file).
+# A write made one file per task, i.e. per shuffle partition, whatever its size: a micro-batch of a few
+# thousand rows left spark.sql.shuffle.partitions files of some kB per table.
+ROWS_PER_FILE = 2_000_000
+
+
+def files_for(rows: int) -> int:
+    """How many files a write of `rows` rows is spread over: one per ROWS_PER_FILE started."""
+    return max(1, -(-int(rows) // ROWS_PER_FILE))
+
+
+def _write(df: Any, cfg: AggregationConfig, table: str, mode: str, path: str | None = None,
+           files: int | None = None) -> None:
+    """Write `table` (its date partitions, rows clustered), in at most `files` files per date when given
+    (fewer tasks: coalesce never adds a shuffle)."""
+    if files is not None:
+        df = df.coalesce(files)
     ordered = df.sortWithinPartitions(*_PARTITIONS[table], *_CLUSTERING[table])
     ordered.write.mode(mode).partitionBy(*_PARTITIONS[table]).parquet(path or _path(cfg, table))
 
 
-def _append_once(spark: Any, cfg: AggregationConfig, table: str, batch_id: int, df: Any) -> None:
+def _append_once(spark: Any, cfg: AggregationConfig, table: str, batch_id: int, df: Any,
+                 files: int | None = None) -> None:
     """Append a micro-batch's rows to `table` through its staging (kct.aggregation.delivery): a replay of
     the batch does not append them again, even when the crash came right after the append."""
     from kct.aggregation.delivery import StagedAppend
 
-    StagedAppend(spark, _path(cfg, table)).append(batch_id, lambda path: _write(df, cfg, table, "overwrite", path))
+    StagedAppend(spark, _path(cfg, table)).append(
+        batch_id, lambda path: _write(df, cfg, table, "overwrite", path, files))
 
 
 def _send_to_kafka(df: Any, out: KafkaOutputConfig) -> None:
@@ -320,19 +338,20 @@ def _date_partitions(spark: Any, table: str, since: str, until: str) -> list[str
     return [f"{table}/{name}" for name in sorted(names) if name.startswith("date=") and low <= name <= high]
 
 
-def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any,
-                     batch_id: int) -> dict[str, Callable[[], None]]:
-    """What a micro-batch's finalized windows are written to, by output name, in order."""
+def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int,
+                     files: int) -> dict[str, Callable[[], None]]:
+    """What a micro-batch's finalized windows are written to, by output name, in order (client_metrics and
+    rollups in `files` files, alerts in one: they are a few rows)."""
     from kct.aggregation.transforms import rollups
 
     def alerts() -> None:
         fired = _alerts_with_history(spark, metrics, cfg)
         if fired is not None:
-            _append_once(spark, cfg, "alerts", batch_id, fired)
+            _append_once(spark, cfg, "alerts", batch_id, fired, files=1)
 
     out = {
-        "client_metrics": lambda: _append_once(spark, cfg, "client_metrics", batch_id, metrics),
-        "rollups": lambda: _append_once(spark, cfg, "rollups", batch_id, rollups(metrics)),
+        "client_metrics": lambda: _append_once(spark, cfg, "client_metrics", batch_id, metrics, files),
+        "rollups": lambda: _append_once(spark, cfg, "rollups", batch_id, rollups(metrics), files),
         "alerts": alerts,
     }
     if cfg.kafka_output is not None:
@@ -381,8 +400,9 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                       "(their window was final)", file=sys.stderr, flush=True)
             metrics = None if step.finalized is None else step.finalized.persist()
             try:
-                outputs = {} if metrics is None or metrics.isEmpty() else _metrics_outputs(spark, cfg, metrics,
-                                                                                           batch_id)
+                rows = 0 if metrics is None else metrics.count()
+                outputs = {} if metrics is None or not rows else _metrics_outputs(spark, cfg, metrics, batch_id,
+                                                                                 files_for(rows))
                 outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows)
                 _write_once(store, batch_id, outputs)
             finally:
@@ -409,7 +429,7 @@ def _terminations_output(spark: Any, cfg: AggregationConfig, batch: Any, batch_i
         ending = decode_records(batch.where(_may_terminate()).drop("_times"), cfg) if records else batch
         found = terminations(ending)
         if not found.isEmpty():
-            _append_once(spark, cfg, "terminations", batch_id, found)
+            _append_once(spark, cfg, "terminations", batch_id, found, files=1)
 
     return append
 
@@ -451,7 +471,7 @@ def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
     return [writer.start()]
 
 
-def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str,
+def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str, files: int,
                    observed_sums: tuple[str, ...] = ()) -> dict[str, int]:
     """Write a table; return its row count (`rows`) and the sums of `observed_sums` columns, counted while
     writing (an observed metric, no second job)."""
@@ -460,7 +480,7 @@ def _write_counted(df: Any, cfg: AggregationConfig, table: str, mode: str,
 
     observed = Observation(f"kct_{table}_rows")
     metrics = [F.count(F.lit(1)).alias("rows"), *(F.sum(c).alias(c) for c in observed_sums)]
-    _write(df.observe(observed, *metrics), cfg, table, mode)
+    _write(df.observe(observed, *metrics), cfg, table, mode, files=files)
     return {name: int(observed.get.get(name) or 0) for name in ("rows", *observed_sums)}
 
 
@@ -511,13 +531,15 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     The topic is read once (its records kept, they are small next to their points) and decoded once for
     client_metrics, which every other output but terminations derives from (kept too); terminations decode
     only the records that may hold one. `points` is the sum of client_metrics' `points`, counted while
-    writing it (every point is in exactly one window's row), so no job counts the decoded points."""
+    writing it (every point is in exactly one window's row), so no job counts the decoded points. Each table
+    is written in files sized to client_metrics' rows (`files_for`; terminations and alerts in one)."""
     from kct.aggregation.transforms import alerts, rollups, terminations
 
     records = read_records(spark, cfg, streaming=False).persist()
     try:
         metrics = _client_metrics(spark, cfg, records).persist()
-        written = _write_counted(metrics, cfg, "client_metrics", "overwrite", observed_sums=("points",))
+        files = files_for(metrics.count())  # the count fills the cache the writes read
+        written = _write_counted(metrics, cfg, "client_metrics", "overwrite", files, observed_sums=("points",))
         counts = {"points": written["points"], "client_metrics": written["rows"]}
         outputs = {
             "rollups": rollups(metrics),
@@ -527,7 +549,7 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
         for table, df in outputs.items():
             if df is None:
                 continue
-            counts[table] = _write_counted(df, cfg, table, "overwrite")["rows"]
+            counts[table] = _write_counted(df, cfg, table, "overwrite", files if table == "rollups" else 1)["rows"]
         if cfg.kafka_output is not None:
             _send_to_kafka(metrics, cfg.kafka_output)
         metrics.unpersist()

@@ -142,3 +142,19 @@ def test_a_breach_run_across_midnight_reads_the_previous_date_and_not_older_ones
     assert {a.window_start.isoformat() for a in after} == {"2023-11-15T00:00:00", "2023-11-15T00:01:00"}
     assert {a.breach_started_at.isoformat() for a in fired} == {"2023-11-14T23:57:00"}
     assert {a.date for a in after} == {dt.date(2023, 11, 15)}
+
+
+def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(spark: Any, tmp_path: Path) -> None:
+    """Given two micro-batches of a few series over several windows (Spark's shuffles spread them over
+    every shuffle partition), When they run, Then each wrote one client_metrics and one rollups file per date
+    (not one per shuffle partition); and a write is spread over one file per ROWS_PER_FILE rows started."""
+    cfg = config(tmp_path)
+    write = job._metrics_batch_writer(spark, cfg)
+    series = [{"client_instance_id": f"inst-{i}", "client_id": f"producer-{i}"} for i in range(8)]
+    write(points_df(spark, [point(QTIME, t, 1.0 + t, **s) for t in (10, 40, 70, 100) for s in series]), 0)
+    write(points_df(spark, [point(QTIME, t, 1.0 + t, **s) for t in (130, 160, 190) for s in series]), 1)
+    for table in ("client_metrics", "rollups"):
+        files = sorted((tmp_path / "out" / table).rglob("*.parquet"))
+        assert [f.parent.name for f in files] == ["date=2023-11-14"] * 2, (table, files)
+    assert len(rows(spark, cfg, "client_metrics")) == 8 * 3
+    assert [job.files_for(n) for n in (0, 1, job.ROWS_PER_FILE, job.ROWS_PER_FILE + 1)] == [1, 1, 1, 2]
