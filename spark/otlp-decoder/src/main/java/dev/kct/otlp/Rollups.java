@@ -8,7 +8,6 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import java.util.Objects;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Column;
@@ -196,15 +195,16 @@ public final class Rollups {
       while (rows.hasNext()) {
         InternalRow r = rows.next();
         if (fin) {
-          accumulate(groups, Key.of(r, PARTIAL_KEY, r.getInt(4), strings(r.getArray(5))), r, Acc.PARTIAL);
+          accumulate(groups, Key.of(Series.of(r, PARTIAL_KEY), r.getInt(4), strings(r.getArray(5))), r, Acc.PARTIAL);
           continue;
         }
+        Series series = Series.of(r, INPUT_KEY); // read once for every dimension
         for (int d = 0; d < spec.at.length; d++) {
           UTF8String[] values = new UTF8String[spec.at[d].length];
           for (int i = 0; i < values.length; i++) {
             values[i] = r.isNullAt(spec.at[d][i]) ? null : r.getUTF8String(spec.at[d][i]);
           }
-          accumulate(groups, Key.of(r, INPUT_KEY, d, values), r, Acc.INPUT);
+          accumulate(groups, Key.of(series, d, values), r, Acc.INPUT);
         }
       }
       List<InternalRow> out = new ArrayList<>(groups.size());
@@ -236,6 +236,34 @@ public final class Rollups {
     return s == null ? null : s.copy();
   }
 
+  /** A row's key columns but the dimension's: [ws, we], [date, metric, unit, type, temporality,
+   * attributes_key], bounds, and their hash. */
+  static final class Series {
+    final long ws;
+    final long we;
+    final UTF8String[] strings;
+    final ArrayData bounds;
+    final int hash;
+
+    private Series(long ws, long we, UTF8String[] strings, ArrayData bounds) {
+      this.ws = ws;
+      this.we = we;
+      this.strings = strings;
+      this.bounds = bounds;
+      this.hash = 31 * (31 * Long.hashCode(ws) + Long.hashCode(we)) + 31 * Arrays.hashCode(strings)
+          + Key.boundsHash(bounds);
+    }
+
+    static Series of(InternalRow r, int[] at) {
+      UTF8String[] strings = new UTF8String[6];
+      for (int i = 0; i < 6; i++) {
+        strings[i] = r.isNullAt(at[2 + i]) ? null : r.getUTF8String(at[2 + i]);
+      }
+      return new Series(r.isNullAt(at[0]) ? Long.MIN_VALUE : r.getLong(at[0]),
+          r.isNullAt(at[1]) ? Long.MIN_VALUE : r.getLong(at[1]), strings, r.isNullAt(at[8]) ? null : r.getArray(at[8]));
+    }
+  }
+
   /** The group key; its strings and bounds may point into a reused row until {@link #copy}. */
   static final class Key {
     final long ws;
@@ -246,27 +274,19 @@ public final class Rollups {
     final ArrayData bounds;
     final int hash;
 
-    private Key(long ws, long we, int dim, UTF8String[] strings, UTF8String[] values, ArrayData bounds) {
+    private Key(long ws, long we, int dim, UTF8String[] strings, UTF8String[] values, ArrayData bounds, int hash) {
       this.ws = ws;
       this.we = we;
       this.dim = dim;
       this.strings = strings;
       this.values = values;
       this.bounds = bounds;
-      int h = Objects.hash(ws, we, dim);
-      h = 31 * h + Arrays.hashCode(strings);
-      h = 31 * h + Arrays.hashCode(values);
-      this.hash = 31 * h + boundsHash(bounds);
+      this.hash = hash;
     }
 
-    static Key of(InternalRow r, int[] at, int dim, UTF8String[] values) {
-      UTF8String[] strings = new UTF8String[6];
-      for (int i = 0; i < 6; i++) {
-        strings[i] = r.isNullAt(at[2 + i]) ? null : r.getUTF8String(at[2 + i]);
-      }
-      return new Key(r.isNullAt(at[0]) ? Long.MIN_VALUE : r.getLong(at[0]),
-          r.isNullAt(at[1]) ? Long.MIN_VALUE : r.getLong(at[1]), dim, strings, values,
-          r.isNullAt(at[8]) ? null : r.getArray(at[8]));
+    /** The key of a series in a dimension; shares the series' strings and bounds (read-only). */
+    static Key of(Series s, int dim, UTF8String[] values) {
+      return new Key(s.ws, s.we, dim, s.strings, values, s.bounds, 31 * (31 * s.hash + dim) + Arrays.hashCode(values));
     }
 
     Key copy() {
@@ -278,11 +298,11 @@ public final class Rollups {
       for (int i = 0; i < v.length; i++) {
         v[i] = Rollups.copy(values[i]);
       }
-      return new Key(ws, we, dim, s, v, bounds == null ? null : bounds.copy());
+      return new Key(ws, we, dim, s, v, bounds == null ? null : bounds.copy(), hash);
     }
 
     /** The bounds' hash by their bits (NaN as one value, -0.0 not 0.0: as their strings, which the SQL groups). */
-    private static int boundsHash(ArrayData b) {
+    static int boundsHash(ArrayData b) {
       if (b == null) {
         return 0;
       }
