@@ -338,7 +338,8 @@ def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | 
     All dimensions come out of one aggregation (grouping sets: one shuffle, not one per dimension).
     `instances` counts the client_metrics rows merged: one per client instance, since a series' row is
     unique per window and instance (type, temporality and bounds are grouped on, unit and monotonicity
-    belong to the metric).
+    belong to the metric). The reference for kct.aggregation.rollups_jvm, which computes the same rows on the
+    JVM (the job's path whenever ClientWindows computes client_metrics).
     """
     dims = dimensions or ROLLUP_DIMENSIONS
     keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key", "_bk")
