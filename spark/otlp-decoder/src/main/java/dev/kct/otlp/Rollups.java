@@ -15,6 +15,7 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
@@ -286,7 +287,17 @@ public final class Rollups {
 
     /** The key of a series in a dimension; shares the series' strings and bounds (read-only). */
     static Key of(Series s, int dim, UTF8String[] values) {
-      return new Key(s.ws, s.we, dim, s.strings, values, s.bounds, 31 * (31 * s.hash + dim) + Arrays.hashCode(values));
+      int hash = mix(31 * (31 * s.hash + dim) + Arrays.hashCode(values));
+      return new Key(s.ws, s.we, dim, s.strings, values, s.bounds, hash);
+    }
+
+    /** Murmur3's finalizer: every bit of the sum of hashes spread over the low bits HashMap's bins use. */
+    private static int mix(int h) {
+      h ^= h >>> 16;
+      h *= 0x85ebca6b;
+      h ^= h >>> 13;
+      h *= 0xc2b2ae35;
+      return h ^ (h >>> 16);
     }
 
     Key copy() {
@@ -316,6 +327,9 @@ public final class Rollups {
     private static boolean boundsEqual(ArrayData a, ArrayData b) {
       if (a == null || b == null) {
         return a == b;
+      }
+      if (a instanceof UnsafeArrayData && a.equals(b)) { // the same bytes: the same bits (a quick memcmp)
+        return true;
       }
       if (a.numElements() != b.numElements()) {
         return false;
