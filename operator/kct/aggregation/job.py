@@ -338,11 +338,19 @@ def _date_partitions(spark: Any, table: str, since: str, until: str) -> list[str
     return [f"{table}/{name}" for name in sorted(names) if name.startswith("date=") and low <= name <= high]
 
 
-def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int,
-                     files: int) -> dict[str, Callable[[], None]]:
+def _rollups(metrics: Any, client_windows: bool) -> Any:
+    """The roll-ups of client_metrics: on the JVM (kct.aggregation.rollups_jvm) when ClientWindows computed
+    them (the decoder jar is then loaded), else with Spark SQL (transforms.rollups): the same rows."""
+    from kct.aggregation.rollups_jvm import rollups_on_jvm
+    from kct.aggregation.transforms import rollups
+
+    return rollups_on_jvm(metrics) if client_windows else rollups(metrics)
+
+
+def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, files: int,
+                     client_windows: bool = False) -> dict[str, Callable[[], None]]:
     """What a micro-batch's finalized windows are written to, by output name, in order (client_metrics and
     rollups in `files` files, alerts in one: they are a few rows)."""
-    from kct.aggregation.transforms import rollups
 
     def alerts() -> None:
         fired = _alerts_with_history(spark, metrics, cfg)
@@ -351,7 +359,7 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
 
     out = {
         "client_metrics": lambda: _append_once(spark, cfg, "client_metrics", batch_id, metrics, files),
-        "rollups": lambda: _append_once(spark, cfg, "rollups", batch_id, rollups(metrics), files),
+        "rollups": lambda: _append_once(spark, cfg, "rollups", batch_id, _rollups(metrics, client_windows), files),
         "alerts": alerts,
     }
     if cfg.kafka_output is not None:
@@ -402,7 +410,7 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
             try:
                 rows = 0 if metrics is None else metrics.count()
                 outputs = {} if metrics is None or not rows else _metrics_outputs(spark, cfg, metrics, batch_id,
-                                                                                 files_for(rows))
+                                                                                 files_for(rows), client_windows)
                 outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows)
                 _write_once(store, batch_id, outputs)
             finally:
@@ -511,15 +519,17 @@ def _use_client_windows(spark: Any, cfg: AggregationConfig) -> bool:
     return False
 
 
-def _client_metrics(spark: Any, cfg: AggregationConfig, records: Any) -> Any:
-    """client_metrics of the records, by `source.aggregation`: Spark SQL over the decoded points, or the
-    per-client Java loop (kct.aggregation.client_windows), which needs the decoder jar."""
+def _client_metrics(spark: Any, cfg: AggregationConfig, records: Any, client_windows: bool) -> Any:
+    """client_metrics of the records, by `source.aggregation` (`client_windows`, from `_use_client_windows`):
+    Spark SQL over the decoded points, or the per-client Java loop (kct.aggregation.client_windows), which
+    needs the decoder jar."""
     from kct.aggregation.client_windows import client_metrics_from_records
     from kct.aggregation.transforms import aggregate_client_metrics
 
     size, lookback = cfg.window.size_seconds, cfg.window.counter_lookback_windows
-    if _use_client_windows(spark, cfg):
-        print("kct aggregate: client_metrics per client instance on the JVM (ClientWindows)", flush=True)
+    if client_windows:
+        print("kct aggregate: client_metrics per client instance on the JVM (ClientWindows), roll-ups on the JVM",
+              flush=True)
         return client_metrics_from_records(records, window_seconds=size, lookback_windows=lookback)
     print("kct aggregate: client_metrics from the decoded points with Spark SQL", flush=True)
     return aggregate_client_metrics(decode_records(records, cfg), window_seconds=size, lookback_windows=lookback)
@@ -533,16 +543,17 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     only the records that may hold one. `points` is the sum of client_metrics' `points`, counted while
     writing it (every point is in exactly one window's row), so no job counts the decoded points. Each table
     is written in files sized to client_metrics' rows (`files_for`; terminations and alerts in one)."""
-    from kct.aggregation.transforms import alerts, rollups, terminations
+    from kct.aggregation.transforms import alerts, terminations
 
     records = read_records(spark, cfg, streaming=False).persist()
     try:
-        metrics = _client_metrics(spark, cfg, records).persist()
+        client_windows = _use_client_windows(spark, cfg)
+        metrics = _client_metrics(spark, cfg, records, client_windows).persist()
         files = files_for(metrics.count())  # the count fills the cache the writes read
         written = _write_counted(metrics, cfg, "client_metrics", "overwrite", files, observed_sums=("points",))
         counts = {"points": written["points"], "client_metrics": written["rows"]}
         outputs = {
-            "rollups": rollups(metrics),
+            "rollups": _rollups(metrics, client_windows),
             "terminations": terminations(decode_records(records.where(_may_terminate()), cfg)),
             "alerts": alerts(metrics, cfg.rules),
         }

@@ -46,6 +46,7 @@ __all__ = [
     "LABEL_COLUMNS",
     "LAST_POINT_COLUMNS",
     "QUANTILES",
+    "ROLLUP_COLUMNS",
     "ROLLUP_DIMENSIONS",
     "aggregate_client_metrics",
     "alerts",
@@ -66,6 +67,12 @@ ROLLUP_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "client_software": ("client_software_name", "client_software_version"),
     "principal": ("principal",),
 }
+ROLLUP_COLUMNS: tuple[str, ...] = (
+    "window_start", "window_end", "date", "dimension", "dimension_value", "metric", "unit", "type",
+    "temporality", "attributes", "attributes_key", "instances", "points", "value_last_sum", "value_min",
+    "value_max", "value_avg", "delta", "rate", "resets", "count", "sum", "explicit_bounds", "bucket_counts",
+    "p50", "p95", "p99",
+)
 CLIENT_METRICS_COLUMNS: tuple[str, ...] = (
     "window_start", "window_end", "date", "client_instance_id", *LABEL_COLUMNS, "resource_attributes",
     "metric", "unit", "type", "temporality", "monotonic", "attributes", "attributes_key", "points",
@@ -331,7 +338,8 @@ def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | 
     All dimensions come out of one aggregation (grouping sets: one shuffle, not one per dimension).
     `instances` counts the client_metrics rows merged: one per client instance, since a series' row is
     unique per window and instance (type, temporality and bounds are grouped on, unit and monotonicity
-    belong to the metric).
+    belong to the metric). The reference for kct.aggregation.rollups_jvm, which computes the same rows on the
+    JVM (the job's path whenever ClientWindows computes client_metrics).
     """
     dims = dimensions or ROLLUP_DIMENSIONS
     keys = ("window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key", "_bk")
@@ -362,12 +370,7 @@ def rollups(client_metrics: DataFrame, dimensions: dict[str, tuple[str, ...]] | 
         name = F.when(this, F.lit(dim)).otherwise(name)
         value = F.when(this, F.concat_ws("/", *(F.coalesce(F.col(c), F.lit("")) for c in cols))).otherwise(value)
     out = _with_quantiles(grouped.withColumn("dimension", name).withColumn("dimension_value", value))
-    return out.select(
-        "window_start", "window_end", "date", "dimension", "dimension_value", "metric", "unit", "type",
-        "temporality", "attributes", "attributes_key", "instances", "points", "value_last_sum", "value_min",
-        "value_max", "value_avg", "delta", "rate", "resets", "count", "sum", "explicit_bounds", "bucket_counts",
-        "p50", "p95", "p99",
-    )
+    return out.select(*ROLLUP_COLUMNS)
 
 
 def hourly(client_metrics: DataFrame, hours: int = 1) -> DataFrame:

@@ -11,7 +11,6 @@ import io.opentelemetry.proto.metrics.v1.ScopeMetrics;
 import io.opentelemetry.proto.metrics.v1.SummaryDataPoint;
 import java.io.Serializable;
 import java.math.BigDecimal;
-import java.math.RoundingMode;
 import java.time.Instant;
 import java.time.LocalDate;
 import java.time.ZoneId;
@@ -149,14 +148,8 @@ public final class ClientWindows {
       this.zone = zone;
       this.labelCount = labelCount;
       this.withLast = withLast;
-      String[] parts = quantileSpec.split(";");
-      quantileNames = new String[parts.length];
-      quantiles = new BigDecimal[parts.length];
-      for (int i = 0; i < parts.length; i++) {
-        String[] nq = parts[i].split("=", 2);
-        quantileNames[i] = nq[0];
-        quantiles[i] = new BigDecimal(nq[1]);
-      }
+      quantileNames = Quantiles.names(quantileSpec);
+      quantiles = Quantiles.levels(quantileSpec);
     }
   }
 
@@ -913,53 +906,6 @@ public final class ClientWindows {
         k += 3;
       }
       return new GenericInternalRow(Arrays.copyOf(v, k));
-    }
-  }
-
-  /**
-   * {@code transforms._with_quantiles} in Java, to the bit: the rank {@code q * total} and the fraction of
-   * the bucket below it are Spark decimals there ({@code q} is a decimal literal), the fraction a
-   * {@code DECIMAL(38, 16)} (Spark's type for that division: computed to 39 places, then rounded, both
-   * half up), turned into a double before the interpolation in doubles.
-   */
-  static final class Quantiles {
-    private Quantiles() {}
-
-    /** The running totals of the bucket counts, or null when the SQL gives no quantiles (no bounds, a null
-     * count, a total not above 0). */
-    static long[] cumulative(Long[] counts, List<Double> bounds) {
-      if (counts == null || bounds == null || bounds.isEmpty()) {
-        return null;
-      }
-      long[] cum = new long[counts.length];
-      long total = 0;
-      for (int i = 0; i < counts.length; i++) {
-        if (counts[i] == null) {
-          return null;
-        }
-        total += counts[i];
-        cum[i] = total;
-      }
-      return total > 0 ? cum : null;
-    }
-
-    static Double estimate(BigDecimal q, Long[] counts, long[] cum, List<Double> bounds) {
-      BigDecimal target = q.multiply(BigDecimal.valueOf(cum[cum.length - 1]));
-      int i = 0;
-      while (i < cum.length && BigDecimal.valueOf(cum[i]).compareTo(target) < 0) {
-        i++;
-      }
-      if (i == cum.length || i - 1 >= bounds.size()) {
-        return null; // no bucket reaches the rank, or counts beyond the bounds: null in SQL too
-      }
-      int n = bounds.size();
-      double lower = i == 0 ? (compareDoubles(bounds.get(0), 0.0) < 0 ? bounds.get(0) : 0.0) : bounds.get(i - 1);
-      double upper = i >= n ? bounds.get(n - 1) : bounds.get(i);
-      long below = i == 0 ? 0L : cum[i - 1];
-      BigDecimal fraction = target.subtract(BigDecimal.valueOf(below))
-          .divide(BigDecimal.valueOf(counts[i]), 39, RoundingMode.HALF_UP)
-          .setScale(16, RoundingMode.HALF_UP);
-      return lower + (upper - lower) * fraction.doubleValue();
     }
   }
 }

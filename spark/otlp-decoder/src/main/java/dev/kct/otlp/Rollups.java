@@ -1,0 +1,542 @@
+package dev.kct.otlp;
+
+import java.io.Serializable;
+import java.math.BigDecimal;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.catalyst.util.MapData;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * {@code transforms.rollups} without Spark SQL's Expand and ObjectHashAggregate: client_metrics rows to
+ * per-window aggregates per dimension (client id, software, principal: the dimension spec comes from
+ * {@code transforms.ROLLUP_DIMENSIONS}). Two steps around Spark's own shuffle: each input partition merges its
+ * rows into partial aggregates per (window, dimension value, metric, unit, type, temporality, attributes_key,
+ * bucket bounds) in a Java hash map, once per dimension; the partial rows are repartitioned by a hash of that
+ * key, and each partition merges them again and finishes them (averages, quantiles). Rows go in and out as
+ * Spark's InternalRow.
+ *
+ * <p>Semantics as the SQL: sums of all-null inputs are null, {@code instances} counts rows, {@code value_avg}
+ * is the mean of the non-null {@code value_avg}s, min/max order doubles as Spark (NaN largest), bucket counts
+ * are summed element-wise as {@code zip_with} does (as long as the longest, null where one is null or
+ * missing), {@code explicit_bounds} and {@code attributes} are a row's of the group (the bounds are grouped on,
+ * by their bits as the SQL groups on their string; the attributes belong to the attributes_key), the quantiles
+ * those of {@link Quantiles}. A dimension's value is its columns joined by '/', null as ''; the group itself
+ * tells null from '' as the SQL's grouping sets do. Doubles are added in the rows' order, which differs from
+ * Spark's: sums may differ in the last bits.
+ */
+public final class Rollups {
+  private Rollups() {}
+
+  /** The client_metrics columns read, in this order (then the dimension columns); casts as the SQL sums them. */
+  private static final String[] INPUT = {
+    "window_start", "window_end", "date", "metric", "unit", "type", "temporality", "attributes_key",
+    "explicit_bounds", "attributes", "points", "value_last", "value_min", "value_max", "value_avg", "delta",
+    "rate", "resets", "count", "sum", "bucket_counts",
+  };
+
+  /** Positions in an input row of the key columns [ws, we, date, metric, unit, type, temporality, key, bounds]. */
+  private static final int[] INPUT_KEY = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  /** ... and in a partial row. */
+  private static final int[] PARTIAL_KEY = {1, 2, 3, 6, 7, 8, 9, 10, 11};
+
+  /**
+   * client_metrics to roll-ups.
+   *
+   * @param clientMetrics rows with (at least) the columns {@code transforms.rollups} reads
+   * @param dimensionSpec the dimensions, {@code name:column,column;...}, in output order
+   * @param quantileSpec the quantile columns, {@code p50=0.5;...}
+   */
+  public static Dataset<Row> rollups(Dataset<Row> clientMetrics, String dimensionSpec, String quantileSpec) {
+    Spec spec = new Spec(dimensionSpec, quantileSpec);
+    List<Column> columns = new ArrayList<>();
+    for (String name : INPUT) {
+      Column c = functions.col(name);
+      columns.add(name.equals("points") || name.equals("resets") || name.equals("count") ? c.cast("bigint") : c);
+    }
+    for (String name : spec.columns) {
+      columns.add(functions.col(name).cast("string"));
+    }
+    org.apache.spark.sql.classic.Dataset<Row> input =
+        (org.apache.spark.sql.classic.Dataset<Row>) clientMetrics.select(columns.toArray(new Column[0]));
+    RDD<InternalRow> partial = input.queryExecution().toRdd().toJavaRDD()
+        .mapPartitions(new Merge(spec, false)).rdd();
+    org.apache.spark.sql.classic.Dataset<Row> shuffled = (org.apache.spark.sql.classic.Dataset<Row>) input
+        .sparkSession().internalCreateDataFrame(partial, partialSchema(), false).repartition(functions.col("_h"));
+    RDD<InternalRow> rows = shuffled.queryExecution().toRdd().toJavaRDD().mapPartitions(new Merge(spec, true)).rdd();
+    return input.sparkSession().internalCreateDataFrame(rows, schema(spec), false);
+  }
+
+  /** The dimensions and the quantiles. */
+  static final class Spec implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final UTF8String[] names; // dimension names
+    final int[][] at; // per dimension, the positions of its columns in an input row
+    final String[] columns; // the distinct dimension columns, read after INPUT
+    final String[] quantileNames;
+    final BigDecimal[] quantiles;
+
+    Spec(String dimensionSpec, String quantileSpec) {
+      String[] entries = dimensionSpec.split(";");
+      names = new UTF8String[entries.length];
+      at = new int[entries.length][];
+      List<String> distinct = new ArrayList<>();
+      for (int d = 0; d < entries.length; d++) {
+        String[] parts = entries[d].split(":", 2);
+        names[d] = UTF8String.fromString(parts[0]);
+        String[] cols = parts[1].split(",");
+        at[d] = new int[cols.length];
+        for (int i = 0; i < cols.length; i++) {
+          if (!distinct.contains(cols[i])) {
+            distinct.add(cols[i]);
+          }
+          at[d][i] = INPUT.length + distinct.indexOf(cols[i]);
+        }
+      }
+      columns = distinct.toArray(new String[0]);
+      quantileNames = Quantiles.names(quantileSpec);
+      quantiles = Quantiles.levels(quantileSpec);
+    }
+  }
+
+  private static DataType stringMap() {
+    return DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType, true);
+  }
+
+  private static DataType doubles() {
+    return DataTypes.createArrayType(DataTypes.DoubleType, true);
+  }
+
+  private static DataType longs() {
+    return DataTypes.createArrayType(DataTypes.LongType, true);
+  }
+
+  /** The partial aggregates shuffled between the two merges (column positions: PARTIAL_KEY, Acc.PARTIAL). */
+  static StructType partialSchema() {
+    Object[][] fields = {
+      {"_h", DataTypes.IntegerType}, {"window_start", DataTypes.TimestampType},
+      {"window_end", DataTypes.TimestampType}, {"date", DataTypes.StringType}, {"_dim", DataTypes.IntegerType},
+      {"_dv", DataTypes.createArrayType(DataTypes.StringType, true)}, {"metric", DataTypes.StringType},
+      {"unit", DataTypes.StringType}, {"type", DataTypes.StringType}, {"temporality", DataTypes.StringType},
+      {"attributes_key", DataTypes.StringType}, {"explicit_bounds", doubles()}, {"attributes", stringMap()},
+      {"instances", DataTypes.LongType}, {"points", DataTypes.LongType}, {"value_last_sum", DataTypes.DoubleType},
+      {"value_min", DataTypes.DoubleType}, {"value_max", DataTypes.DoubleType}, {"_avg_sum", DataTypes.DoubleType},
+      {"_avg_n", DataTypes.LongType}, {"delta", DataTypes.DoubleType}, {"rate", DataTypes.DoubleType},
+      {"resets", DataTypes.LongType}, {"count", DataTypes.LongType}, {"sum", DataTypes.DoubleType},
+      {"bucket_counts", longs()},
+    };
+    List<StructField> out = new ArrayList<>();
+    for (Object[] f : fields) {
+      out.add(DataTypes.createStructField((String) f[0], (DataType) f[1], true));
+    }
+    return DataTypes.createStructType(out);
+  }
+
+  /** The output: {@code transforms.rollups}'s columns and types. */
+  static StructType schema(Spec spec) {
+    List<StructField> out = new ArrayList<>();
+    String[] strings = {"date", "dimension", "dimension_value", "metric", "unit", "type", "temporality"};
+    out.add(DataTypes.createStructField("window_start", DataTypes.TimestampType, true));
+    out.add(DataTypes.createStructField("window_end", DataTypes.TimestampType, true));
+    for (String name : strings) {
+      out.add(DataTypes.createStructField(name, DataTypes.StringType, true));
+    }
+    out.add(DataTypes.createStructField("attributes", stringMap(), true));
+    out.add(DataTypes.createStructField("attributes_key", DataTypes.StringType, true));
+    out.add(DataTypes.createStructField("instances", DataTypes.LongType, false));
+    out.add(DataTypes.createStructField("points", DataTypes.LongType, true));
+    for (String name : new String[] {"value_last_sum", "value_min", "value_max", "value_avg", "delta", "rate"}) {
+      out.add(DataTypes.createStructField(name, DataTypes.DoubleType, true));
+    }
+    out.add(DataTypes.createStructField("resets", DataTypes.LongType, true));
+    out.add(DataTypes.createStructField("count", DataTypes.LongType, true));
+    out.add(DataTypes.createStructField("sum", DataTypes.DoubleType, true));
+    out.add(DataTypes.createStructField("explicit_bounds", doubles(), true));
+    out.add(DataTypes.createStructField("bucket_counts", longs(), true));
+    for (String name : spec.quantileNames) {
+      out.add(DataTypes.createStructField(name, DataTypes.DoubleType, true));
+    }
+    return DataTypes.createStructType(out);
+  }
+
+  /** One partition: client_metrics rows (or partial rows, {@code fin}) merged per key; partial rows out (or
+   * the finished roll-ups). */
+  static final class Merge implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
+    private static final long serialVersionUID = 1L;
+    private final Spec spec;
+    private final boolean fin;
+
+    Merge(Spec spec, boolean fin) {
+      this.spec = spec;
+      this.fin = fin;
+    }
+
+    @Override
+    public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
+      HashMap<Key, Acc> groups = new HashMap<>();
+      while (rows.hasNext()) {
+        InternalRow r = rows.next();
+        if (fin) {
+          accumulate(groups, Key.of(Series.of(r, PARTIAL_KEY), r.getInt(4), strings(r.getArray(5))), r, Acc.PARTIAL);
+          continue;
+        }
+        Series series = Series.of(r, INPUT_KEY); // read once for every dimension
+        for (int d = 0; d < spec.at.length; d++) {
+          UTF8String[] values = new UTF8String[spec.at[d].length];
+          for (int i = 0; i < values.length; i++) {
+            values[i] = r.isNullAt(spec.at[d][i]) ? null : r.getUTF8String(spec.at[d][i]);
+          }
+          accumulate(groups, Key.of(series, d, values), r, Acc.INPUT);
+        }
+      }
+      List<InternalRow> out = new ArrayList<>(groups.size());
+      for (Map.Entry<Key, Acc> e : groups.entrySet()) {
+        out.add(fin ? e.getValue().row(e.getKey(), spec) : e.getValue().partial(e.getKey()));
+      }
+      return out.iterator();
+    }
+
+    private static void accumulate(HashMap<Key, Acc> groups, Key key, InternalRow r, int[] at) {
+      Acc acc = groups.get(key);
+      if (acc == null) {
+        acc = new Acc();
+        groups.put(key.copy(), acc);
+      }
+      acc.add(r, at);
+    }
+  }
+
+  private static UTF8String[] strings(ArrayData a) {
+    UTF8String[] out = new UTF8String[a.numElements()];
+    for (int i = 0; i < out.length; i++) {
+      out[i] = a.isNullAt(i) ? null : a.getUTF8String(i);
+    }
+    return out;
+  }
+
+  private static UTF8String copy(UTF8String s) {
+    return s == null ? null : s.copy();
+  }
+
+  /** A row's key columns but the dimension's: [ws, we], [date, metric, unit, type, temporality,
+   * attributes_key], bounds, and their hash. */
+  static final class Series {
+    final long ws;
+    final long we;
+    final UTF8String[] strings;
+    final ArrayData bounds;
+    final int hash;
+
+    private Series(long ws, long we, UTF8String[] strings, ArrayData bounds) {
+      this.ws = ws;
+      this.we = we;
+      this.strings = strings;
+      this.bounds = bounds;
+      this.hash = 31 * (31 * Long.hashCode(ws) + Long.hashCode(we)) + 31 * Arrays.hashCode(strings)
+          + Key.boundsHash(bounds);
+    }
+
+    static Series of(InternalRow r, int[] at) {
+      UTF8String[] strings = new UTF8String[6];
+      for (int i = 0; i < 6; i++) {
+        strings[i] = r.isNullAt(at[2 + i]) ? null : r.getUTF8String(at[2 + i]);
+      }
+      return new Series(r.isNullAt(at[0]) ? Long.MIN_VALUE : r.getLong(at[0]),
+          r.isNullAt(at[1]) ? Long.MIN_VALUE : r.getLong(at[1]), strings, r.isNullAt(at[8]) ? null : r.getArray(at[8]));
+    }
+  }
+
+  /** The group key; its strings and bounds may point into a reused row until {@link #copy}. */
+  static final class Key {
+    final long ws;
+    final long we;
+    final int dim;
+    final UTF8String[] strings; // date, metric, unit, type, temporality, attributes_key
+    final UTF8String[] values; // the dimension's column values
+    final ArrayData bounds;
+    final int hash;
+
+    private Key(long ws, long we, int dim, UTF8String[] strings, UTF8String[] values, ArrayData bounds, int hash) {
+      this.ws = ws;
+      this.we = we;
+      this.dim = dim;
+      this.strings = strings;
+      this.values = values;
+      this.bounds = bounds;
+      this.hash = hash;
+    }
+
+    /** The key of a series in a dimension; shares the series' strings and bounds (read-only). */
+    static Key of(Series s, int dim, UTF8String[] values) {
+      int hash = mix(31 * (31 * s.hash + dim) + Arrays.hashCode(values));
+      return new Key(s.ws, s.we, dim, s.strings, values, s.bounds, hash);
+    }
+
+    /** Murmur3's finalizer: every bit of the sum of hashes spread over the low bits HashMap's bins use. */
+    private static int mix(int h) {
+      h ^= h >>> 16;
+      h *= 0x85ebca6b;
+      h ^= h >>> 13;
+      h *= 0xc2b2ae35;
+      return h ^ (h >>> 16);
+    }
+
+    Key copy() {
+      UTF8String[] s = new UTF8String[strings.length];
+      for (int i = 0; i < s.length; i++) {
+        s[i] = Rollups.copy(strings[i]);
+      }
+      UTF8String[] v = new UTF8String[values.length];
+      for (int i = 0; i < v.length; i++) {
+        v[i] = Rollups.copy(values[i]);
+      }
+      return new Key(ws, we, dim, s, v, bounds == null ? null : bounds.copy(), hash);
+    }
+
+    /** The bounds' hash by their bits (NaN as one value, -0.0 not 0.0: as their strings, which the SQL groups). */
+    static int boundsHash(ArrayData b) {
+      if (b == null) {
+        return 0;
+      }
+      int h = b.numElements();
+      for (int i = 0; i < b.numElements(); i++) {
+        h = 31 * h + (b.isNullAt(i) ? 7 : Double.hashCode(b.getDouble(i)));
+      }
+      return h;
+    }
+
+    private static boolean boundsEqual(ArrayData a, ArrayData b) {
+      if (a == null || b == null) {
+        return a == b;
+      }
+      if (a instanceof UnsafeArrayData && a.equals(b)) { // the same bytes: the same bits (a quick memcmp)
+        return true;
+      }
+      if (a.numElements() != b.numElements()) {
+        return false;
+      }
+      for (int i = 0; i < a.numElements(); i++) {
+        if (a.isNullAt(i) != b.isNullAt(i) || !a.isNullAt(i)
+            && Double.doubleToLongBits(a.getDouble(i)) != Double.doubleToLongBits(b.getDouble(i))) {
+          return false;
+        }
+      }
+      return true;
+    }
+
+    @Override
+    public int hashCode() {
+      return hash;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      if (!(o instanceof Key)) {
+        return false;
+      }
+      Key k = (Key) o;
+      return hash == k.hash && ws == k.ws && we == k.we && dim == k.dim && Arrays.equals(strings, k.strings)
+          && Arrays.equals(values, k.values) && boundsEqual(bounds, k.bounds);
+    }
+  }
+
+  /** The running aggregates of one group, as the SQL's partial aggregation buffers. */
+  static final class Acc {
+    /** Positions of [attributes, instances, points, value_last, value_min, value_max, value_avg sum, its count,
+     * delta, rate, resets, count, sum, bucket_counts] in an input row (-1: one row, not a count) ... */
+    static final int[] INPUT = {9, -1, 10, 11, 12, 13, 14, -1, 15, 16, 17, 18, 19, 20};
+    /** ... and in a partial row. */
+    static final int[] PARTIAL = {12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25};
+
+    private boolean seen;
+    private MapData attributes;
+    private long instances;
+    private final double[] sums = new double[5]; // value_last, avg, delta, rate, sum
+    private final boolean[] summed = new boolean[5];
+    private long avgCount;
+    private final long[] totals = new long[3]; // points, resets, count
+    private final boolean[] counted = new boolean[3];
+    private double min;
+    private double max;
+    private boolean hasMin;
+    private boolean hasMax;
+    private Long[] buckets;
+
+    void add(InternalRow r, int[] at) {
+      if (!seen) { // first(attributes): a row's of the group
+        seen = true;
+        attributes = r.isNullAt(at[0]) ? null : r.getMap(at[0]).copy();
+      }
+      instances += at[1] < 0 ? 1 : r.getLong(at[1]);
+      long avgN = at[7] < 0 ? (r.isNullAt(at[6]) ? 0 : 1) : r.getLong(at[7]);
+      avgCount += avgN;
+      addDouble(0, r, at[3]);
+      addDouble(1, r, at[6]);
+      addDouble(2, r, at[8]);
+      addDouble(3, r, at[9]);
+      addDouble(4, r, at[12]);
+      addLong(0, r, at[2]);
+      addLong(1, r, at[10]);
+      addLong(2, r, at[11]);
+      if (!r.isNullAt(at[4])) {
+        double v = r.getDouble(at[4]);
+        min = !hasMin || ClientWindows.compareDoubles(v, min) < 0 ? v : min;
+        hasMin = true;
+      }
+      if (!r.isNullAt(at[5])) {
+        double v = r.getDouble(at[5]);
+        max = !hasMax || ClientWindows.compareDoubles(v, max) > 0 ? v : max;
+        hasMax = true;
+      }
+      if (!r.isNullAt(at[13])) { // collect_list skips null arrays
+        Long[] b = longs(r.getArray(at[13]));
+        buckets = buckets == null ? b : zip(buckets, b);
+      }
+    }
+
+    /** Spark's sum of doubles: from 0.0, nulls skipped, null when all are. */
+    private void addDouble(int i, InternalRow r, int at) {
+      if (!r.isNullAt(at)) {
+        sums[i] = summed[i] ? sums[i] + r.getDouble(at) : 0.0 + r.getDouble(at);
+        summed[i] = true;
+      }
+    }
+
+    private void addLong(int i, InternalRow r, int at) {
+      if (!r.isNullAt(at)) {
+        totals[i] += r.getLong(at);
+        counted[i] = true;
+      }
+    }
+
+    private static Long[] longs(ArrayData a) {
+      Long[] out = new Long[a.numElements()];
+      for (int i = 0; i < out.length; i++) {
+        out[i] = a.isNullAt(i) ? null : a.getLong(i);
+      }
+      return out;
+    }
+
+    /** Spark's zip_with(a, b, x + y): as long as the longer array, null where either is null or missing. */
+    private static Long[] zip(Long[] a, Long[] b) {
+      Long[] out = new Long[Math.max(a.length, b.length)];
+      for (int i = 0; i < out.length; i++) {
+        Long x = i < a.length ? a[i] : null;
+        Long y = i < b.length ? b[i] : null;
+        out[i] = x == null || y == null ? null : x + y;
+      }
+      return out;
+    }
+
+    private Object sum(int i) {
+      return summed[i] ? (Object) sums[i] : null;
+    }
+
+    private Object total(int i) {
+      return counted[i] ? (Object) totals[i] : null;
+    }
+
+    private Object[] head(Key k, int extra) {
+      Object[] v = new Object[extra];
+      v[0] = k.ws == Long.MIN_VALUE ? null : (Object) k.ws;
+      v[1] = k.we == Long.MIN_VALUE ? null : (Object) k.we;
+      v[2] = k.strings[0];
+      return v;
+    }
+
+    InternalRow partial(Key k) {
+      Object[] v = new Object[26];
+      v[0] = k.hash;
+      Object[] h = head(k, 3);
+      System.arraycopy(h, 0, v, 1, 3);
+      v[4] = k.dim;
+      v[5] = new GenericArrayData(k.values);
+      System.arraycopy(k.strings, 1, v, 6, 5);
+      v[11] = k.bounds;
+      v[12] = attributes;
+      v[13] = instances;
+      v[14] = total(0);
+      v[15] = sum(0);
+      v[16] = hasMin ? (Object) min : null;
+      v[17] = hasMax ? (Object) max : null;
+      v[18] = sum(1);
+      v[19] = avgCount;
+      v[20] = sum(2);
+      v[21] = sum(3);
+      v[22] = total(1);
+      v[23] = total(2);
+      v[24] = sum(4);
+      v[25] = buckets == null ? null : new GenericArrayData(buckets);
+      return new GenericInternalRow(v);
+    }
+
+    InternalRow row(Key k, Spec spec) {
+      Object[] v = head(k, 24 + spec.quantiles.length);
+      v[3] = spec.names[k.dim];
+      v[4] = dimensionValue(k.values);
+      System.arraycopy(k.strings, 1, v, 5, 4); // metric, unit, type, temporality
+      v[9] = attributes;
+      v[10] = k.strings[5];
+      v[11] = instances;
+      v[12] = total(0);
+      v[13] = sum(0);
+      v[14] = hasMin ? (Object) min : null;
+      v[15] = hasMax ? (Object) max : null;
+      v[16] = avgCount == 0 ? null : (Object) (sums[1] / (double) avgCount);
+      v[17] = sum(2);
+      v[18] = sum(3);
+      v[19] = total(1);
+      v[20] = total(2);
+      v[21] = sum(4);
+      v[22] = k.bounds;
+      v[23] = buckets == null ? null : new GenericArrayData(buckets);
+      List<Double> bounds = boundsList(k.bounds);
+      Object[] q = Quantiles.all(spec.quantiles, buckets, bounds);
+      System.arraycopy(q, 0, v, 24, q.length);
+      return new GenericInternalRow(v);
+    }
+
+    /** concat_ws('/', coalesce(column, ''), ...). */
+    private static UTF8String dimensionValue(UTF8String[] values) {
+      UTF8String[] parts = new UTF8String[values.length];
+      for (int i = 0; i < parts.length; i++) {
+        parts[i] = values[i] == null ? UTF8String.EMPTY_UTF8 : values[i];
+      }
+      return UTF8String.concatWs(UTF8String.fromString("/"), parts);
+    }
+
+    /** The bounds for the quantiles; null (no quantiles) when one is null, which client_metrics never holds. */
+    private static List<Double> boundsList(ArrayData b) {
+      if (b == null) {
+        return null;
+      }
+      List<Double> out = new ArrayList<>(b.numElements());
+      for (int i = 0; i < b.numElements(); i++) {
+        if (b.isNullAt(i)) {
+          return null;
+        }
+        out.add(b.getDouble(i));
+      }
+      return out;
+    }
+  }
+}
