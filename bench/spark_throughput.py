@@ -15,8 +15,9 @@ partitions' series, like KIP-714's sizing example) and, in one local[2] SparkSes
             groupBy(window, series) with min/max/avg/count -> Parquet: what Spark itself does on this machine
   ratio     batch (and stream) points/s divided by bare points/s, measured in this run
 
-With --warm-rounds N, N more batch runs over the same topic and N more stream runs, each over --pushes new
-pushes appended to the topic (the same clients, later in event time) on the same checkpoint: a stream runs
+With --warm-rounds N, N more batch runs over the same topic, and N runs of a stream on a topic of its own,
+each over --pushes new pushes appended to it (the same clients, later in event time), on one checkpoint
+(the first round starts it: its query plans are new): a stream runs
 for days, so its capacity is that of a JVM past its warm-up (the JIT compiler alone takes ~10 CPU-seconds
 of a first 1M-point run here). A stream round's points are those of the windows it finalized.
 
@@ -211,19 +212,34 @@ def warm_batches(spark: Any, cfg: Any, args: argparse.Namespace, records: int, f
         figures["batch_warm_points_s"] = round(int(counts["points"]) / took)
 
 
-def warm_streams(spark: Any, cfg: Any, args: argparse.Namespace, filler: TopicFiller, stream: Any,
-                 figures: dict[str, Any]) -> None:
-    """`--warm-rounds`: `--pushes` new pushes appended to the topic, then the stream again on its checkpoint."""
-    for k in range(args.warm_rounds):
-        more = filler.fill(args.pushes)
-        done = finalized_points(spark, cfg)
-        before = (spark_jobs(spark), jvm_thread_cpu())
-        took, _ = timed(stream)
-        cpu = _LAST_CPU[0]
-        finalized = finalized_points(spark, cfg) - done
-        line(f"stream w{k + 1}", took, more, finalized, "(points: those of the windows it finalized)", cpu)
-        jobs_line(spark, before, args.jobs)
-        figures["stream_warm_points_s"] = round(finalized / took)
+def warm_streams(spark: Any, cfg: Any, args: argparse.Namespace, work: Path, figures: dict[str, Any]) -> None:
+    """`--warm-rounds`: a stream on a topic of its own (the batch's topic stays the 1M points the bare
+    groupBy reads), each round over `--pushes` new pushes appended to it, on the same checkpoint."""
+    from kct.aggregation.job import run_stream
+
+    filler = TopicFiller(args.bootstrap, args.clients, args.partitions, max(1, args.pushes // args.clients))
+    warm = cfg.model_copy(update={
+        "source": cfg.source.model_copy(update={"topic": filler.topic}),
+        "run": cfg.run.model_copy(update={"checkpoint_path": str(work / "warm-ck")}),
+        "parquet": cfg.parquet.model_copy(update={"path": str(work / "warm")})})
+
+    def stream() -> None:
+        for query in run_stream(spark, warm):
+            query.awaitTermination()
+
+    try:
+        for k in range(args.warm_rounds):
+            more = filler.fill(args.pushes)
+            done = finalized_points(spark, warm) if k else 0
+            before = (spark_jobs(spark), jvm_thread_cpu())
+            took, _ = timed(stream)
+            cpu = _LAST_CPU[0]
+            finalized = finalized_points(spark, warm) - done
+            line(f"stream w{k + 1}", took, more, finalized, "(points: those of the windows it finalized)", cpu)
+            jobs_line(spark, before, args.jobs)
+            figures["stream_warm_points_s"] = round(finalized / took)
+    finally:
+        delete_topics(args.bootstrap, [filler.topic])
 
 
 def finalized_points(spark: Any, cfg: Any) -> int:
@@ -376,7 +392,7 @@ def main() -> int:
             jobs_line(spark, before, args.jobs)
             figures["stream_points_s"] = round(points / took)
             figures["stream_cpu_s"] = _LAST_CPU[0] and round(_LAST_CPU[0], 1)
-            warm_streams(spark, stream_cfg, args, filler, stream, figures)
+            warm_streams(spark, stream_cfg, args, work, figures)
 
         raw = read_records(spark, cfg, streaming=False).persist()
         raw.count()
