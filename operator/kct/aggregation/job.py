@@ -26,8 +26,9 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kct.aggregation.config import JOB_SPARK_CONF, AggregationConfig, KafkaOutputConfig
 from kct.otlp import labels as L
@@ -46,6 +47,8 @@ __all__ = [
     "run_stream",
     "submitted_by_spark_submit",
 ]
+
+_T = TypeVar("_T")
 
 TABLES = ("client_metrics", "rollups", "terminations", "alerts", "client_metrics_hourly")
 # Tables are partitioned by date only: a folder per metric made each write (a micro-batch, a batch task)
@@ -368,12 +371,30 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
     return out
 
 
-def _write_once(store: Any, batch_id: int, outputs: dict[str, Callable[[], None]]) -> None:
-    """Each output not yet written by this batch id (a replay skips what the first attempt wrote)."""
-    for name, write_output in outputs.items():
+# Outputs that read another output's table: alerts read client_metrics' history, this batch's rows included.
+_WRITTEN_AFTER = {"alerts": "client_metrics"}
+
+
+def _write_once(spark: Any, store: Any, batch_id: int, outputs: dict[str, Callable[[], None]]) -> None:
+    """Each output not yet written by this batch id (a replay skips what the first attempt wrote). They only
+    read the micro-batch's caches, so they are written at the same time (`_concurrently`), but for an output
+    of `_WRITTEN_AFTER`, written after the one it reads."""
+
+    def write(name: str) -> None:
         if not store.written(batch_id, name):
-            write_output()
+            outputs[name]()
             store.mark_written(batch_id, name)
+
+    def chain(first: str) -> Callable[[], None]:
+        following = [name for name, before in _WRITTEN_AFTER.items() if before == first and name in outputs]
+
+        def write_in_order() -> None:
+            for name in (first, *following):
+                write(name)
+        return write_in_order
+
+    firsts = [name for name in outputs if _WRITTEN_AFTER.get(name) not in outputs]
+    _concurrently({name: chain(name) for name in firsts}, spark)
 
 
 def _state_store(spark: Any, cfg: AggregationConfig) -> Any:
@@ -412,7 +433,7 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                 outputs = {} if metrics is None or not rows else _metrics_outputs(spark, cfg, metrics, batch_id,
                                                                                  files_for(rows), client_windows)
                 outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows)
-                _write_once(store, batch_id, outputs)
+                _write_once(spark, store, batch_id, outputs)
             finally:
                 if metrics is not None:
                     metrics.unpersist()
@@ -542,31 +563,74 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     client_metrics, which every other output but terminations derives from (kept too); terminations decode
     only the records that may hold one. `points` is the sum of client_metrics' `points`, counted while
     writing it (every point is in exactly one window's row), so no job counts the decoded points. Each table
-    is written in files sized to client_metrics' rows (`files_for`; terminations and alerts in one)."""
-    from kct.aggregation.transforms import alerts, terminations
-
+    is written in files sized to client_metrics' rows (`files_for`; terminations and alerts in one). The
+    outputs only read the two caches, so they are written at the same time (`_concurrently`)."""
     records = read_records(spark, cfg, streaming=False).persist()
     try:
         client_windows = _use_client_windows(spark, cfg)
         metrics = _client_metrics(spark, cfg, records, client_windows).persist()
         files = files_for(metrics.count())  # the count fills the cache the writes read
-        written = _write_counted(metrics, cfg, "client_metrics", "overwrite", files, observed_sums=("points",))
-        counts = {"points": written["points"], "client_metrics": written["rows"]}
-        outputs = {
-            "rollups": _rollups(metrics, client_windows),
-            "terminations": terminations(decode_records(records.where(_may_terminate()), cfg)),
-            "alerts": alerts(metrics, cfg.rules),
-        }
-        for table, df in outputs.items():
-            if df is None:
-                continue
-            counts[table] = _write_counted(df, cfg, table, "overwrite", files if table == "rollups" else 1)["rows"]
-        if cfg.kafka_output is not None:
-            _send_to_kafka(metrics, cfg.kafka_output)
+        outputs = _concurrently(_batch_outputs(spark, cfg, records, metrics, files, client_windows), spark)
+        written = {table: counted for table, counted in outputs.items() if counted is not None}
+        counts = {"points": written["client_metrics"]["points"]}
+        counts.update({table: counted["rows"] for table, counted in written.items()})
         metrics.unpersist()
         return counts
     finally:
         records.unpersist()
+
+
+def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: Any, files: int,
+                   client_windows: bool) -> dict[str, Callable[[], dict[str, int] | None]]:
+    """`run_batch`'s writes by output, client_metrics first (Spark's FIFO scheduler serves the first job
+    submitted first). Each derived table is also built in its write: building roll-ups on the JVM already runs
+    their first stage, which then overlaps the client_metrics write. Each returns its rows counted while written
+    (`_write_counted`), None when it wrote no table (no rules: no alerts; the Kafka topic)."""
+    from kct.aggregation.transforms import alerts, terminations
+
+    def derived(table: str, build: Callable[[], Any], files: int) -> Callable[[], dict[str, int] | None]:
+        def write() -> dict[str, int] | None:
+            df = build()
+            return None if df is None else _write_counted(df, cfg, table, "overwrite", files)
+        return write
+
+    def send_to_kafka(out: KafkaOutputConfig) -> Callable[[], dict[str, int] | None]:
+        return lambda: _send_to_kafka(metrics, out)
+
+    outputs: dict[str, Callable[[], dict[str, int] | None]] = {
+        "client_metrics": partial(_write_counted, metrics, cfg, "client_metrics", "overwrite", files,
+                                  observed_sums=("points",)),
+        "rollups": derived("rollups", lambda: _rollups(metrics, client_windows), files),
+        "terminations": derived(
+            "terminations", lambda: terminations(decode_records(records.where(_may_terminate()), cfg)), 1),
+        "alerts": derived("alerts", lambda: alerts(metrics, cfg.rules), 1),
+    }
+    if cfg.kafka_output is not None:
+        outputs["kafka"] = send_to_kafka(cfg.kafka_output)
+    return outputs
+
+
+def _concurrently(tasks: dict[str, Callable[[], _T]], spark: Any = None) -> dict[str, _T]:
+    """Run `tasks` (Spark actions) each in its own thread, return their results by name; a failure is raised
+    once all ended. Spark runs concurrent jobs' tasks side by side: a write in one task (a file per date)
+    leaves the other core to the next output, and each output's planning overlaps the others' work. Threads,
+    not processes: PySpark pins each Python thread to a JVM thread of the same session. With `spark`, those
+    JVM threads load classes as the caller's does: a jar added to a running session (ADD JAR, as
+    `register_jvm_decoder` may) is seen only by the thread that added it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    initializer = None if spark is None else _class_loader_of_this_thread(spark)
+    with ThreadPoolExecutor(max_workers=max(1, len(tasks)), thread_name_prefix="kct-output",
+                            initializer=initializer) as pool:
+        futures = {name: pool.submit(task) for name, task in tasks.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _class_loader_of_this_thread(spark: Any) -> Callable[[], None]:
+    """A function that gives the JVM thread of the Python thread calling it this thread's class loader."""
+    thread = spark.sparkContext._jvm.java.lang.Thread
+    loader = thread.currentThread().getContextClassLoader()
+    return lambda: thread.currentThread().setContextClassLoader(loader)
 
 
 def run_hourly(spark: Any, cfg: AggregationConfig) -> int:
