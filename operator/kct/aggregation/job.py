@@ -174,6 +174,14 @@ def _require_kafka_source(spark: Any) -> None:
         ) from exc
 
 
+# How long the source's consumers let the broker hold a fetch that finds no new data (Kafka's default: 500 ms).
+# Spark reads offset ranges it already knows, so a long hold only delays a task: reading 10,000 pushes (66 MB,
+# 2 partitions) took a median 1.33 s with the default and 0.66 s with 5 ms (8 interleaved runs each); each
+# task's consumer sat about one default hold idle (~0.5 s of ~1 s, 0.17 CPU-s). A consumer property given in
+# `source.consumerProperties` replaces it.
+FETCH_MAX_WAIT_MS = 5
+
+
 def read_records(spark: Any, cfg: AggregationConfig, *, streaming: bool) -> Any:
     """The topic's records from Spark's Kafka source: key, value, topic, partition, offset, timestamp,
     headers (decode.RAW_SCHEMA_DDL)."""
@@ -187,6 +195,7 @@ def read_records(spark: Any, cfg: AggregationConfig, *, streaming: bool) -> Any:
         .option("includeHeaders", "true")
         .option("startingOffsets", src.starting_offsets)
         .option("failOnDataLoss", "false")
+        .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
     )
     if streaming:
         reader = reader.option("maxOffsetsPerTrigger", str(src.max_records_per_partition))

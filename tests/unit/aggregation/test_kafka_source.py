@@ -40,3 +40,45 @@ def test_under_spark_submit_the_config_does_not_replace_the_master(monkeypatch: 
     assert not submitted_by_spark_submit()
     monkeypatch.setenv("PYSPARK_GATEWAY_SECRET", "s3cret")
     assert submitted_by_spark_submit()
+
+
+class _RecordingReader:
+    """Stands in for `spark.read`: records the Kafka source's options; no JVM (so no classpath check)."""
+
+    def __init__(self) -> None:
+        self.options: dict[str, str] = {}
+
+    def format(self, _: str) -> _RecordingReader:
+        return self
+
+    def option(self, key: str, value: str) -> _RecordingReader:
+        self.options[key] = value
+        return self
+
+    def load(self) -> _RecordingReader:
+        return self
+
+    def select(self, *_: str) -> _RecordingReader:
+        return self
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.read = self.readStream = _RecordingReader()
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_the_consumers_do_not_hold_fetches_unless_the_config_says_so(streaming: bool) -> None:
+    """Given a job config without consumer properties and one with `fetch.max.wait.ms` set,
+    When the job reads the topic (batch and stream),
+    Then Spark's consumers let the broker hold an empty fetch FETCH_MAX_WAIT_MS, not Kafka's 500 ms (which
+    idled each task for about that long), and the config's own value wins."""
+    from kct.aggregation.job import FETCH_MAX_WAIT_MS
+
+    for given, expected in ((None, str(FETCH_MAX_WAIT_MS)), ("250", "250")):
+        props = {} if given is None else {"fetch.max.wait.ms": given}
+        cfg = parse_job_config({"source": {"bootstrapServers": "127.0.0.1:9", "consumerProperties": props},
+                                "parquet": {"path": "/unused"}})
+        spark = _Session()
+        read_records(spark, cfg, streaming=streaming)
+        assert spark.read.options["kafka.fetch.max.wait.ms"] == expected
