@@ -50,13 +50,17 @@ def time_bound(spark: Any, value: int) -> Column:
     each micro-batch's new bounds made new classes to compile (~15 per micro-batch, tenths of a second); a
     DECIMAL literal (handed to the code as a reference object) does not help, the optimizer narrows it back
     into a BIGINT one (UnwrapCastInBinaryComparison). A UDF is not folded and the code only references it:
-    the code is the same every micro-batch and compiled once. Needs the decoder jar."""
+    the code is the same every micro-batch and compiled once. Without the decoder jar (the Spark SQL stream
+    may run without it): the literal."""
     from pyspark.sql.classic.column import Column as ClassicColumn
     from pyspark.sql.classic.column import _to_seq
 
     jvm = spark.sparkContext._jvm
-    udf = jvm.org.apache.spark.sql.functions.udf(jvm.dev.kct.otlp.Bound(int(value)),
-                                                jvm.org.apache.spark.sql.types.DataTypes.LongType)
+    try:
+        bound = jvm.dev.kct.otlp.Bound(int(value))
+    except TypeError:  # py4j's JavaPackage (no such class) is not callable
+        return F.lit(int(value))
+    udf = jvm.org.apache.spark.sql.functions.udf(bound, jvm.org.apache.spark.sql.types.DataTypes.LongType)
     return ClassicColumn(udf.asNonNullable().apply(_to_seq(spark.sparkContext, [])))
 
 
