@@ -53,15 +53,12 @@ def time_bound(spark: Any, value: int) -> Column:
     the code is the same every micro-batch and compiled once. Without the decoder jar (the Spark SQL stream
     may run without it): the literal."""
     from pyspark.sql.classic.column import Column as ClassicColumn
-    from pyspark.sql.classic.column import _to_seq
 
-    jvm = spark.sparkContext._jvm
     try:
-        bound = jvm.dev.kct.otlp.Bound(int(value))
+        column = spark.sparkContext._jvm.dev.kct.otlp.Bound.column(int(value))
     except TypeError:  # py4j's JavaPackage (no such class) is not callable
         return F.lit(int(value))
-    udf = jvm.org.apache.spark.sql.functions.udf(bound, jvm.org.apache.spark.sql.types.DataTypes.LongType)
-    return ClassicColumn(udf.asNonNullable().apply(_to_seq(spark.sparkContext, [])))
+    return ClassicColumn(column)
 
 
 @dataclass(frozen=True)
