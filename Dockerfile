@@ -55,7 +55,7 @@ COPY --from=spark-base /opt/spark/jars/spark-sql-api_2.13-${SPARK_VERSION}.jar \
      /opt/spark/jars/spark-core_2.13-${SPARK_VERSION}.jar /opt/spark/jars/spark-unsafe_2.13-${SPARK_VERSION}.jar \
      /opt/spark/jars/spark-common-utils_2.13-${SPARK_VERSION}.jar \
      /opt/spark/jars/spark-common-utils-java_2.13-${SPARK_VERSION}.jar \
-     /opt/spark/jars/scala-library-*.jar /opt/spark/jars/kryo-shaded-*.jar /spark-jars/
+     /opt/spark/jars/scala-library-*.jar /opt/spark/jars/scala-reflect-*.jar /opt/spark/jars/kryo-shaded-*.jar /spark-jars/
 SHELL ["/bin/bash", "-eo", "pipefail", "-c"]
 RUN --mount=type=cache,target=/root/.m2 \
     scala="$(find /spark-jars -name 'scala-library-*.jar' -printf '%f' | sed 's/^scala-library-//; s/[.]jar$//')" \

@@ -92,11 +92,14 @@ def with_push_times(records: Any) -> Any:
 
 
 def points_before(records: Any, before_ns: int) -> Any:
-    """A column: the number of each record's data points with time_unix_nano before `before_ns`."""
+    """A column: the number of each record's data points with time_unix_nano before `before_ns` (passed as
+    kct.aggregation.stream.time_bound: the generated code then does not change with it)."""
     from pyspark.sql import functions as F
 
+    from kct.aggregation.stream import time_bound
+
     _register_time_functions(records.sparkSession)
-    return F.expr(f"{POINTS_BEFORE_FUNCTION}(value, CAST({int(before_ns)} AS BIGINT))")
+    return F.call_function(POINTS_BEFORE_FUNCTION, F.col("value"), time_bound(records.sparkSession, before_ns))
 
 
 def _register_time_functions(spark: Any) -> None:

@@ -311,32 +311,56 @@ def _send_to_kafka(df: Any, out: KafkaOutputConfig) -> None:
     rows.foreachPartition(send)
 
 
-def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig) -> Any:
-    """Alerts for this micro-batch's windows; breach runs may have started in earlier batches, so the
-    rule's look-back is read back from the client_metrics table (which already holds this batch)."""
+def _alerts_span(cfg: AggregationConfig) -> list[Any]:
+    """The aggregates of a micro-batch's client_metrics `_alerts_with_history` needs (none without rules), for
+    the writer to compute with its row count in one job: the first window start (µs), the first date the
+    rules' look-back reaches and the last date (yyyy-MM-dd in the session's time zone, as the table's `date`
+    column has them, not Python's)."""
     from pyspark.sql import functions as F
 
+    if not cfg.rules:
+        return []
+    return [F.unix_micros(F.min("window_start")),
+            F.date_format(F.min("window_start") - F.expr(f"INTERVAL {_alerts_horizon(cfg)} SECONDS"), "yyyy-MM-dd"),
+            F.max("date")]
+
+
+def _alerts_horizon(cfg: AggregationConfig) -> int:
+    return max(r.for_seconds for r in cfg.rules) + 2 * cfg.window.size_seconds
+
+
+def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig, span: tuple[Any, ...] | None = None) -> Any:
+    """Alerts for this micro-batch's windows; breach runs may have started in earlier batches, so the
+    rule's look-back is read back from the client_metrics table (which already holds this batch). `span`:
+    `_alerts_span` of `batch`, when the caller computed it already.
+
+    The time bounds change every micro-batch: as stream.time_bound (not literals), they leave the
+    generated code as it was, so it is not compiled again; a coarser bound (the hour), a TIMESTAMP literal,
+    is what the Parquet reader skips row groups by (compiled again once an hour)."""
+    from pyspark.sql import functions as F
+
+    from kct.aggregation.stream import time_bound
     from kct.aggregation.transforms import alerts
 
     if not cfg.rules:
         return None
     metrics = sorted({r.metric for r in cfg.rules})
-    horizon = max(r.for_seconds for r in cfg.rules) + 2 * cfg.window.size_seconds
-    # Dates as the table's `date` column has them (yyyy-MM-dd in the session's time zone, not Python's).
-    first, since, until = batch.agg(
-        F.min("window_start"),
-        F.date_format(F.min("window_start") - F.expr(f"INTERVAL {horizon} SECONDS"), "yyyy-MM-dd"),
-        F.max("date")).first()
-    if first is None:
+    first_us, since, until = span if span is not None else batch.agg(*_alerts_span(cfg)).first()
+    if first_us is None:
         return None
     dates = _date_partitions(spark, _path(cfg, "client_metrics"), since, until)
+    low_us = first_us - _alerts_horizon(cfg) * 1_000_000
+    hour_us = 3_600_000_000
     history = (
-        spark.read.option("basePath", _path(cfg, "client_metrics")).parquet(*dates)
+        # The table's schema is the batch's (no job reading a footer to infer it; `date` read as the string
+        # the batch has, the same folder name when written back).
+        spark.read.schema(batch.schema).option("basePath", _path(cfg, "client_metrics")).parquet(*dates)
         .where(F.col("metric").isin(metrics))
-        .where(F.col("window_start") >= F.lit(first) - F.expr(f"INTERVAL {horizon} SECONDS"))
+        .where(F.col("window_start") >= F.timestamp_micros(F.lit(low_us // hour_us * hour_us)))
+        .where(F.unix_micros("window_start") >= time_bound(spark, low_us))
     )
     found = alerts(history, cfg.rules)
-    return None if found is None else found.where(F.col("window_start") >= F.lit(first))
+    return None if found is None else found.where(F.unix_micros("window_start") >= time_bound(spark, first_us))
 
 
 def _date_partitions(spark: Any, table: str, since: str, until: str) -> list[str]:
@@ -360,12 +384,13 @@ def _rollups(metrics: Any, client_windows: bool) -> Any:
 
 
 def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, files: int,
-                     client_windows: bool = False) -> dict[str, Callable[[], None]]:
+                     client_windows: bool = False,
+                     alerts_span: tuple[Any, ...] | None = None) -> dict[str, Callable[[], None]]:
     """What a micro-batch's finalized windows are written to, by output name, in order (client_metrics and
-    rollups in `files` files, alerts in one: they are a few rows)."""
+    rollups in `files` files, alerts in one: they are a few rows; `alerts_span`: `_alerts_span` of `metrics`)."""
 
     def alerts() -> None:
-        fired = _alerts_with_history(spark, metrics, cfg)
+        fired = _alerts_with_history(spark, metrics, cfg, alerts_span)
         if fired is not None:
             _append_once(spark, cfg, "alerts", batch_id, fired, files=1)
 
@@ -418,18 +443,27 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
     ClientWindows) -> the windows it finalizes (kct.aggregation.stream): client_metrics, the rollups and
     alerts derived from them, the optional Kafka topic; and the micro-batch's terminations; each written once
     per batch id; then the stream state, saved before Spark commits the batch."""
+    from pyspark.sql import functions as F
+
     from kct.aggregation.client_windows import with_push_times
     from kct.aggregation.stream import advance, advance_records
 
     store = _state_store(spark, cfg)
-    step_of = advance_records if client_windows else advance
+    alerts_span = _alerts_span(cfg)
+
+    def step_of(points: Any, batch_id: int) -> Any:
+        sizes = {"window_seconds": cfg.window.size_seconds, "watermark_seconds": cfg.window.watermark_seconds,
+                 "lookback_windows": cfg.window.counter_lookback_windows}
+        if not client_windows:
+            return advance(store.load(batch_id), points, **sizes)
+        # How many records may hold a termination, counted in advance_records' first job: none (the usual
+        # case) spares the terminations their job.
+        return advance_records(store.load(batch_id), points, also=[F.count_if(_may_terminate())], **sizes)
 
     def write(batch: Any, batch_id: int) -> None:
         points = (with_push_times(batch) if client_windows else batch).persist()
         try:
-            step = step_of(store.load(batch_id), points, window_seconds=cfg.window.size_seconds,
-                           watermark_seconds=cfg.window.watermark_seconds,
-                           lookback_windows=cfg.window.counter_lookback_windows)
+            step = step_of(points, batch_id)
             # The finalized points sorted per series feed both client_metrics and the state's last points.
             if step.sorted_points is not None:
                 step.sorted_points.persist()
@@ -438,10 +472,15 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                       "(their window was final)", file=sys.stderr, flush=True)
             metrics = None if step.finalized is None else step.finalized.persist()
             try:
-                rows = 0 if metrics is None else metrics.count()
-                outputs = {} if metrics is None or not rows else _metrics_outputs(spark, cfg, metrics, batch_id,
-                                                                                 files_for(rows), client_windows)
-                outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows)
+                # The row count (it fills the cache the outputs read) and what the alerts need, in one job.
+                counted = None if metrics is None else metrics.agg(F.count(F.lit(1)), *alerts_span).first()
+                rows = 0 if counted is None else int(counted[0])
+                outputs = {} if metrics is None or not rows else _metrics_outputs(
+                    spark, cfg, metrics, batch_id, files_for(rows), client_windows,
+                    tuple(counted[1:]) if alerts_span and counted is not None else None)
+                may_terminate = not client_windows or bool(step.also and step.also[0])
+                outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows,
+                                                               may_terminate)
                 _write_once(spark, store, batch_id, outputs)
             finally:
                 if metrics is not None:
@@ -457,13 +496,16 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
 
 
 def _terminations_output(spark: Any, cfg: AggregationConfig, batch: Any, batch_id: int,
-                         records: bool) -> Callable[[], None]:
+                         records: bool, may_hold: bool = True) -> Callable[[], None]:
     """A micro-batch's terminations, appended once per batch id like its other outputs. From the micro-batch
     the metrics use (cached): decoded points, or with `records` the records that may hold one, decoded here
-    (as `run_batch`). One query reads the topic, not a second one for terminations."""
+    (as `run_batch`). One query reads the topic, not a second one for terminations. `may_hold` False: the
+    micro-batch has no record that may hold one (`_may_terminate`), so there is nothing to look for."""
     from kct.aggregation.transforms import terminations
 
     def append() -> None:
+        if not may_hold:
+            return
         ending = decode_records(batch.where(_may_terminate()).drop("_times"), cfg) if records else batch
         found = terminations(ending)
         if not found.isEmpty():

@@ -27,18 +27,38 @@ id, so a replay does not append it twice.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from kct.aggregation.transforms import client_metrics_and_last, sorted_points_of
 
-__all__ = ["Advance", "StateStore", "StreamState", "advance", "advance_records"]
+__all__ = ["Advance", "StateStore", "StreamState", "advance", "advance_records", "time_bound"]
 
 _NS = 1_000_000_000
+
+
+def time_bound(spark: Any, value: int) -> Column:
+    """A micro-batch's time bound (ns, or µs) to compare BIGINT times with, as a BIGINT column whose value the
+    generated code does not hold (the decoder jar's `dev.kct.otlp.Bound`, a UDF without arguments).
+
+    Spark writes a BIGINT or TIMESTAMP literal's value into the generated Java code (Literal.doGenCode), so
+    each micro-batch's new bounds made new classes to compile (~15 per micro-batch, tenths of a second); a
+    DECIMAL literal (handed to the code as a reference object) does not help, the optimizer narrows it back
+    into a BIGINT one (UnwrapCastInBinaryComparison). A UDF is not folded and the code only references it:
+    the code is the same every micro-batch and compiled once. Without the decoder jar (the Spark SQL stream
+    may run without it): the literal."""
+    from pyspark.sql.classic.column import Column as ClassicColumn
+
+    try:
+        column = spark.sparkContext._jvm.dev.kct.otlp.Bound.column(int(value))
+    except TypeError:  # py4j's JavaPackage (no such class) is not callable
+        return F.lit(int(value))
+    return ClassicColumn(column)
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,7 @@ class Advance:
     late_points: int
     state: StreamState
     sorted_points: DataFrame | None = None
+    also: tuple[Any, ...] = ()  # advance_records' `also` aggregates, in order (empty: none asked)
 
 
 def advance(state: StreamState, points: DataFrame, *, window_seconds: int, watermark_seconds: int,
@@ -123,9 +144,10 @@ def _final_before(state: StreamState, batch_max: int | None, *, window_seconds: 
 
 
 def advance_records(state: StreamState, records: DataFrame, *, window_seconds: int, watermark_seconds: int,
-                    lookback_windows: int) -> Advance:
+                    lookback_windows: int, also: Sequence[Column] = ()) -> Advance:
     """`advance` for records (decode.RAW_SCHEMA_DDL plus `_times`, client_windows.with_push_times): the same
     windows, rows, late points and series' last points, computed per client instance by ClientWindows.
+    `also`: aggregates over `records` the caller wants too, computed in the same job (`Advance.also`).
 
     `finalized` is a filter of `sorted_points` (here ClientWindows' rows, client_metrics and last points in
     one): persist that first. `records` is read more than once: persist it."""
@@ -133,32 +155,35 @@ def advance_records(state: StreamState, records: DataFrame, *, window_seconds: i
 
     if state.pending is not None and not state.records:
         raise ValueError("the stream state holds points (source.aggregation sql): keep sql or start a new checkpoint")
-    # The newest point time and the late points (before the windows already final) in one job.
+    spark = records.sparkSession
+    # The newest point time, the late points (before the windows already final) and `also` in one job.
     cut = None if state.final_before_s is None else state.final_before_s * _NS
-    late_points = F.lit(0) if cut is None else F.when(F.col("_times")[0] < F.lit(cut), points_before(records, cut))
-    newest = records.agg(F.max(F.col("_times")[1]), F.sum(late_points)).first()
+    late_points = F.lit(0) if cut is None else F.when(F.col("_times")[0] < time_bound(spark, cut),
+                                                      points_before(records, cut))
+    newest = records.agg(F.max(F.col("_times")[1]), F.sum(late_points), *also).first()
+    extra = () if newest is None else tuple(newest[2:])
     max_time, final_before = _final_before(state, None if newest is None else newest[0],
                                            window_seconds=window_seconds, watermark_seconds=watermark_seconds)
     if max_time is None or final_before is None:
-        return Advance(None, 0, state)
+        return Advance(None, 0, state, also=extra)
     late = int((None if newest is None else newest[1]) or 0)
     on_time = records.where(F.col("_times").isNotNull())
     if cut is not None:
-        on_time = records.where(F.col("_times")[1] >= F.lit(cut))  # records with a point not late
+        on_time = records.where(F.col("_times")[1] >= time_bound(spark, cut))  # records with a point not late
     everything = on_time if state.pending is None else state.pending.unionByName(on_time)
-    next_pending = everything.where(F.col("_times")[1] >= F.lit(final_before * _NS))
+    next_pending = everything.where(F.col("_times")[1] >= time_bound(spark, final_before * _NS))
     if state.final_before_s is not None and final_before <= state.final_before_s:
         return Advance(None, late, StreamState(pending=next_pending, last=state.last, max_time_ns=max_time,
-                                               final_before_s=final_before, records=True))
+                                               final_before_s=final_before, records=True), also=extra)
     rows = client_metrics_and_last_rows(
         everything, window_seconds=window_seconds, lookback_windows=lookback_windows, previous=state.last,
         from_ns=None if state.final_before_s is None else state.final_before_s * _NS, until_ns=final_before * _NS)
     # A series' last point older than this can never be the previous point of a window still to come.
     horizon_ns = (final_before - int(lookback_windows) * int(window_seconds)) * _NS
-    last = last_points_of(rows).where(F.col("time_unix_nano") >= F.lit(horizon_ns))
+    last = last_points_of(rows).where(F.col("time_unix_nano") >= time_bound(spark, horizon_ns))
     next_state = StreamState(pending=next_pending, last=last, max_time_ns=max_time, final_before_s=final_before,
                              records=True)
-    return Advance(metrics_of(rows), late, next_state, rows)
+    return Advance(metrics_of(rows), late, next_state, rows, also=extra)
 
 
 class StateStore:

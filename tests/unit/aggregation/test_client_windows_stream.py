@@ -269,3 +269,29 @@ def test_the_jvm_streams_micro_batches_write_the_terminations_batch_mode_finds(j
     table = jvm.read.parquet(f"{cfg.parquet.path}/terminations").withColumn("date", F.col("date").cast("string"))
     got = _rows(table.select(*columns), columns)  # the partition column reads back as a date
     assert len(want) == 2 and got == want
+
+
+def test_a_time_bound_keeps_the_rows_the_literal_keeps_in_code_that_does_not_change_with_it(jvm: Any) -> None:
+    """Given BIGINT times around two bounds,
+    When they are filtered by `time_bound(bound)` and by the literal bound,
+    Then both keep the same rows, and the generated code (whole-stage codegen) is the same for both bounds
+    with time_bound, while it differs with literals: what made each micro-batch compile new classes."""
+    from pyspark.sql import functions as F
+
+    from kct.aggregation.stream import time_bound
+
+    # From range(), not local rows: Spark would filter those while planning, with no generated code.
+    times = jvm.range(-3, 4).select((F.lit(T0) + F.col("id") * F.lit(S)).alias("t"))
+
+    def kept(bound: Any) -> list[Any]:
+        return sorted(r[0] for r in times.where(F.col("t") >= bound).collect())
+
+    def code(bound: Any) -> str:
+        frame = times.where(F.col("t") >= bound)
+        text: str = jvm.sparkContext._jvm.PythonSQLUtils.explainString(frame._jdf.queryExecution(), "codegen")
+        return text[text.index("Generated code:"):]  # the code, not the plan above it
+
+    for bound in (T0 - S, T0, T0 + 2 * S):
+        assert kept(time_bound(jvm, bound)) == kept(F.lit(bound)) != []
+    assert code(time_bound(jvm, T0)) == code(time_bound(jvm, T0 + S))
+    assert code(F.lit(T0)) != code(F.lit(T0 + S))
