@@ -386,7 +386,7 @@ def _rollups(metrics: Any, client_windows: bool) -> Any:
 def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, files: int,
                      client_windows: bool = False,
                      alerts_span: tuple[Any, ...] | None = None) -> dict[str, Callable[[], None]]:
-    """What a micro-batch's finalized windows are written to, by output name, in order (client_metrics and
+    """What a micro-batch's finalized windows are written to, by output name (client_metrics and
     rollups in `files` files, alerts in one: they are a few rows; `alerts_span`: `_alerts_span` of `metrics`)."""
 
     def alerts() -> None:
@@ -645,9 +645,6 @@ def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: An
             return None if df is None else _write_counted(df, cfg, table, "overwrite", files)
         return write
 
-    def send_to_kafka(out: KafkaOutputConfig) -> Callable[[], dict[str, int] | None]:
-        return lambda: _send_to_kafka(metrics, out)
-
     outputs: dict[str, Callable[[], dict[str, int] | None]] = {
         "client_metrics": partial(_write_counted, metrics, cfg, "client_metrics", "overwrite", files,
                                   observed_sums=("points",)),
@@ -657,7 +654,7 @@ def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: An
         "alerts": derived("alerts", lambda: alerts(metrics, cfg.rules), 1),
     }
     if cfg.kafka_output is not None:
-        outputs["kafka"] = send_to_kafka(cfg.kafka_output)
+        outputs["kafka"] = partial(_send_to_kafka, metrics, cfg.kafka_output)
     return outputs
 
 
