@@ -409,10 +409,12 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
 _WRITTEN_AFTER = {"alerts": "client_metrics"}
 
 
-def _write_once(spark: Any, store: Any, batch_id: int, outputs: dict[str, Callable[[], None]]) -> None:
+def _write_once(spark: Any, store: Any, batch_id: int, outputs: dict[str, Callable[[], None]],
+                alongside: dict[str, Callable[[], None]] | None = None) -> None:
     """Each output not yet written by this batch id (a replay skips what the first attempt wrote). They only
     read the micro-batch's caches, so they are written at the same time (`_concurrently`), but for an output
-    of `_WRITTEN_AFTER`, written after the one it reads."""
+    of `_WRITTEN_AFTER`, written after the one it reads. `alongside`: writes that run with them every attempt,
+    unmarked (the stream state, kept per batch id)."""
 
     def write(name: str) -> None:
         if not store.written(batch_id, name):
@@ -428,7 +430,7 @@ def _write_once(spark: Any, store: Any, batch_id: int, outputs: dict[str, Callab
         return write_in_order
 
     firsts = [name for name in outputs if _WRITTEN_AFTER.get(name) not in outputs]
-    _concurrently({name: chain(name) for name in firsts}, spark)
+    _concurrently({**{name: chain(name) for name in firsts}, **(alongside or {})}, spark)
 
 
 def _state_store(spark: Any, cfg: AggregationConfig) -> Any:
@@ -442,7 +444,7 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
     """foreachBatch function: a micro-batch of points (with `client_windows`: of records, aggregated by
     ClientWindows) -> the windows it finalizes (kct.aggregation.stream): client_metrics, the rollups and
     alerts derived from them, the optional Kafka topic; and the micro-batch's terminations; each written once
-    per batch id; then the stream state, saved before Spark commits the batch."""
+    per batch id; and the stream state, saved with them, before Spark commits the batch."""
     from pyspark.sql import functions as F
 
     from kct.aggregation.client_windows import with_push_times
@@ -481,11 +483,14 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                 may_terminate = not client_windows or bool(step.also and step.also[0])
                 outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows,
                                                                may_terminate)
-                _write_once(spark, store, batch_id, outputs)
+                # The state is saved while the outputs are written: it is kept per batch id and a replay of
+                # this batch loads the one before (StateStore.load), whether or not this attempt saved its own.
+                # One after the other, the save added ~0.5 s to a warm micro-batch of 1M points.
+                _write_once(spark, store, batch_id, outputs,
+                            alongside={"state": lambda: store.save(batch_id, step.state)})
             finally:
                 if metrics is not None:
                     metrics.unpersist()
-            store.save(batch_id, step.state)
             store.forget_outputs_before(batch_id)
             if step.sorted_points is not None:
                 step.sorted_points.unpersist()

@@ -158,3 +158,50 @@ def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(spark: Any, 
         assert [f.parent.name for f in files] == ["date=2023-11-14"] * 2, (table, files)
     assert len(rows(spark, cfg, "client_metrics")) == 8 * 3
     assert [job.files_for(n) for n in (0, 1, job.ROWS_PER_FILE, job.ROWS_PER_FILE + 1)] == [1, 1, 1, 2]
+
+
+def test_a_batch_whose_output_failed_after_its_state_was_saved_replays_to_the_uninterrupted_result(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a cumulative counter over three micro-batches (its deltas need the last point the state carries
+    from one batch to the next), and micro-batch 1 whose rollups write fails while its state is saved
+    alongside the outputs,
+    When the driver replays batch 1 and goes on with batch 2,
+    Then the failed attempt had saved batch 1's state, and client_metrics and rollups equal an uninterrupted
+    run's, row for row: the replay started from batch 0's state, not from its own."""
+    from kct.aggregation.stream import StateStore
+
+    sent = "org.apache.kafka.producer.record.send.total"
+
+    def counter(times: tuple[int, ...]) -> Any:
+        return points_df(spark, [point(sent, t, 10.0 * t, type="sum", temporality="cumulative", monotonic=True,
+                                       start_s=0) for t in times])
+
+    batches = [(10, 40, 70, 100), (130, 160, 190), (220, 250, 280)]
+
+    def table_rows(cfg: AggregationConfig, table: str) -> list[str]:
+        return sorted(repr(r.asDict()) for r in rows(spark, cfg, table))
+
+    plain = config(tmp_path / "plain")
+    for b, times in enumerate(batches):
+        job._metrics_batch_writer(spark, plain)(counter(times), b)
+
+    cfg = config(tmp_path / "failing")
+    job._metrics_batch_writer(spark, cfg)(counter(batches[0]), 0)
+    write_table = job._write
+
+    def disk_full(df: Any, c: AggregationConfig, table: str, *args: Any, **kwargs: Any) -> None:
+        if table == "rollups":
+            raise OSError("disk full")
+        write_table(df, c, table, *args, **kwargs)
+
+    monkeypatch.setattr(job, "_write", disk_full)
+    with pytest.raises(OSError, match="disk full"):
+        job._metrics_batch_writer(spark, cfg)(counter(batches[1]), 1)
+    monkeypatch.setattr(job, "_write", write_table)
+    assert StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics_state")._batches() == [0, 1]
+    replay = job._metrics_batch_writer(spark, cfg)  # the new driver's
+    replay(counter(batches[1]), 1)
+    replay(counter(batches[2]), 2)
+    for table in ("client_metrics", "rollups"):
+        expected = table_rows(plain, table)
+        assert len(expected) >= 4 and table_rows(cfg, table) == expected, table

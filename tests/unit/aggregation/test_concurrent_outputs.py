@@ -105,3 +105,24 @@ def test_alerts_of_a_replay_whose_client_metrics_were_written_do_not_wait_for_th
     job._write_once(None, store, 3, {"client_metrics": lambda: calls.append("client_metrics"),
                                "alerts": lambda: calls.append("alerts")})
     assert calls == ["alerts"]
+
+
+def test_the_stream_state_is_saved_while_the_outputs_are_written_and_on_every_attempt() -> None:
+    """Given a replayed micro-batch whose client_metrics were written, rollups that wait for the state's save
+    to start, and the state's save passed `alongside`,
+    when `_write_once` writes them,
+    then the save ran side by side with rollups, was not marked as an output, and client_metrics was not
+    written again."""
+    both_started = threading.Barrier(2, timeout=_MEET_SECONDS)
+    store = _Store({"4/client_metrics"})
+    calls: list[str] = []
+
+    def side_by_side(name: str) -> None:
+        both_started.wait()
+        calls.append(name)
+
+    job._write_once(None, store, 4, {"client_metrics": lambda: calls.append("client_metrics"),
+                                     "rollups": lambda: side_by_side("rollups")},
+                    alongside={"state": lambda: side_by_side("state")})
+    assert sorted(calls) == ["rollups", "state"]
+    assert store.marked == {"4/client_metrics", "4/rollups"}
