@@ -6,6 +6,7 @@ the writes is what is tested, the tables themselves are tested with Spark elsewh
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -29,6 +30,17 @@ class _Store:
     def mark_written(self, batch_id: int, output: str) -> None:
         with self.lock:
             self.marked.add(f"{batch_id}/{output}")
+
+
+def _meeting_of_two(calls: list[str]) -> Callable[[str], None]:
+    """A write that waits for a second one to start (a barrier of two), then records its name in `calls`: run
+    one after the other, the first would wait alone and break the barrier."""
+    both_started = threading.Barrier(2, timeout=_MEET_SECONDS)
+
+    def write(name: str) -> None:
+        both_started.wait()
+        calls.append(name)
+    return write
 
 
 def test_outputs_run_side_by_side_and_return_their_results_by_name() -> None:
@@ -73,13 +85,9 @@ def test_a_micro_batch_writes_its_outputs_together_alerts_after_client_metrics_a
     when `_write_once` writes them,
     then client_metrics and rollups ran side by side, alerts ran only once client_metrics was written and
     marked, terminations were not written again, and every output is marked for the batch."""
-    both_started = threading.Barrier(2, timeout=_MEET_SECONDS)
     store = _Store({"7/terminations"})
     calls: list[str] = []
-
-    def side_by_side(name: str) -> None:
-        both_started.wait()
-        calls.append(name)
+    side_by_side = _meeting_of_two(calls)
 
     def alerts() -> None:
         assert store.written(7, "client_metrics"), "alerts read client_metrics' rows of this batch"
@@ -113,13 +121,9 @@ def test_the_stream_state_is_saved_while_the_outputs_are_written_and_on_every_at
     when `_write_once` writes them,
     then the save ran side by side with rollups, was not marked as an output, and client_metrics was not
     written again."""
-    both_started = threading.Barrier(2, timeout=_MEET_SECONDS)
     store = _Store({"4/client_metrics"})
     calls: list[str] = []
-
-    def side_by_side(name: str) -> None:
-        both_started.wait()
-        calls.append(name)
+    side_by_side = _meeting_of_two(calls)
 
     job._write_once(None, store, 4, {"client_metrics": lambda: calls.append("client_metrics"),
                                      "rollups": lambda: side_by_side("rollups")},
