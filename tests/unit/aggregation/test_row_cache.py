@@ -48,16 +48,22 @@ def _rows(count: int) -> list[tuple[Any, ...]]:
     return out
 
 
+def _cached(spark: Any, df: Any) -> tuple[Any, Any]:
+    """RowCache and the RDD of batches it makes of `df`, as Spark's cache builds them."""
+    serializer = spark._jvm.dev.kct.otlp.RowCache()
+    plan = df._jdf.queryExecution()
+    return serializer, serializer.convertInternalRowToCachedBatch(
+        plan.toRdd(), plan.analyzed().output(), spark._jvm.org.apache.spark.storage.StorageLevel.MEMORY_ONLY(),
+        spark._jsparkSession.sessionState().conf())
+
+
 def _through_cache(spark: Any, df: Any, columns: list[str]) -> Any:
     """`df` cached by RowCache and read back with `columns` only (Spark passes the columns a query reads)."""
     from pyspark.sql import DataFrame
 
-    jvm = spark._jvm
-    serializer = jvm.dev.kct.otlp.RowCache()
+    serializer, cached = _cached(spark, df)
     conf = spark._jsparkSession.sessionState().conf()
     plan = df._jdf.queryExecution()
-    cached = serializer.convertInternalRowToCachedBatch(
-        plan.toRdd(), plan.analyzed().output(), jvm.org.apache.spark.storage.StorageLevel.MEMORY_ONLY(), conf)
     selected = df.select(*columns)
     rows = serializer.convertCachedBatchToInternalRow(
         cached, plan.analyzed().output(), selected._jdf.queryExecution().analyzed().output(), conf)
@@ -66,10 +72,7 @@ def _through_cache(spark: Any, df: Any, columns: list[str]) -> Any:
 
 
 def _batches(spark: Any, df: Any) -> int:
-    plan = df._jdf.queryExecution()
-    return int(spark._jvm.dev.kct.otlp.RowCache().convertInternalRowToCachedBatch(
-        plan.toRdd(), plan.analyzed().output(), spark._jvm.org.apache.spark.storage.StorageLevel.MEMORY_ONLY(),
-        spark._jsparkSession.sessionState().conf()).count())
+    return int(_cached(spark, df)[1].count())
 
 
 def _sorted(df: Any) -> list[str]:

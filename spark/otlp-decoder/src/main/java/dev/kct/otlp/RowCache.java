@@ -41,15 +41,13 @@ public final class RowCache implements CachedBatchSerializer {
   /** ... or fewer, once a batch holds this many bytes (a run's Kafka records are ~7 kB each). */
   static final int BYTES_PER_BATCH = 4 << 20;
 
-  /** Rows as UnsafeRow bytes, each preceded by its length in {@code sizes}. */
+  /** Rows as UnsafeRow bytes laid end to end; {@code sizes} holds each row's length, in order. */
   static final class Rows implements CachedBatch, Serializable {
     private static final long serialVersionUID = 1L;
-    final int fields;
     final int[] sizes;
     final byte[] bytes;
 
-    Rows(int fields, int[] sizes, byte[] bytes) {
-      this.fields = fields;
+    Rows(int[] sizes, byte[] bytes) {
       this.sizes = sizes;
       this.bytes = bytes;
     }
@@ -111,7 +109,7 @@ public final class RowCache implements CachedBatchSerializer {
           sizes[count++] = size;
           used += size;
         }
-        return new Rows(types.length, Arrays.copyOf(sizes, count), Arrays.copyOf(bytes, used));
+        return new Rows(Arrays.copyOf(sizes, count), Arrays.copyOf(bytes, used));
       }
     };
   }
