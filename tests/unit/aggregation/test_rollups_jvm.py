@@ -16,6 +16,7 @@ import random
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 from test_client_windows import _raw_records
 
 from kct.aggregation.client_windows import client_metrics_from_records
@@ -193,6 +194,38 @@ def test_jvm_rollups_equal_the_sql_rollups_on_client_windows_output(jvm: Any) ->
         assert assert_same_rollups(mine, rollups(metrics)) > 300
     finally:
         metrics.unpersist()
+
+
+def _reads_cached_rows(metrics: Any, dimensions: dict[str, tuple[str, ...]] | None = None) -> bool:
+    from kct.aggregation.client_windows import quantile_spec
+    from kct.aggregation.transforms import ROLLUP_DIMENSIONS
+
+    return bool(metrics.sparkSession._jvm.dev.kct.otlp.Rollups.readsCachedRows(
+        metrics._jdf, dimension_spec(dimensions or ROLLUP_DIMENSIONS), quantile_spec()))
+
+
+def test_jvm_rollups_read_a_cached_frame_as_cached_and_equal_the_sql_rollups(jvm: Any) -> None:
+    """Given the mixed client_metrics (resets an int column, as ClientWindows writes it) cached whole, and
+    the same rows with their columns in another order and the counts as longs, cached too,
+    When the roll-ups are computed on the JVM, which then reads the cached rows as they are (no projection of
+    the columns it needs), and by transforms.rollups,
+    Then they are the same rows; a frame that is not a whole cache, or lacks a column, is read selected."""
+    rows = _client_metrics(seed=3, instances=6, windows=2)
+    metrics = _frame(jvm, rows).repartition(3).persist()
+    reordered = _frame(jvm, rows).selectExpr(
+        "cast(count as bigint) as count", "cast(resets as bigint) as resets",
+        *reversed([c for c in CLIENT_METRICS_COLUMNS if c not in ("count", "resets")])).persist()
+    try:
+        for frame in (metrics, reordered):
+            assert _reads_cached_rows(frame)
+            assert assert_same_rollups(rollups_on_jvm(frame), rollups(frame)) > 200
+        assert not _reads_cached_rows(metrics.select("*", F.lit(1).alias("one")))  # a plan over the cache
+        assert not _reads_cached_rows(metrics.drop("principal"))
+        assert not _reads_cached_rows(_frame(jvm, rows))
+        assert not _reads_cached_rows(metrics, {"instance": ("points",)})  # a dimension that is not a string
+    finally:
+        metrics.unpersist()
+        reordered.unpersist()
 
 
 def test_jvm_rollups_honour_the_dimensions_given(jvm: Any) -> None:

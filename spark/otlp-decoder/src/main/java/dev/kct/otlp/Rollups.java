@@ -19,6 +19,7 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
+import org.apache.spark.sql.execution.columnar.InMemoryRelation;
 import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
@@ -54,7 +55,17 @@ public final class Rollups {
     "rate", "resets", "count", "sum", "bucket_counts",
   };
 
-  /** Positions in an input row of the key columns [ws, we, date, metric, unit, type, temporality, key, bounds]. */
+  /** The type Merge reads each INPUT column as (what {@link #selected} gives it), nullability aside. */
+  private static final String[] READ_AS = {
+    "timestamp", "timestamp", "string", "string", "string", "string", "string", "string", "array<double>",
+    "map<string,string>", "bigint", "double", "double", "double", "double", "double", "double", "bigint",
+    "bigint", "double", "array<bigint>",
+  };
+
+  /** The INPUT columns read as longs: a row may hold them as ints (client_metrics' {@code resets} is one). */
+  private static final List<String> COUNTS = List.of("points", "resets", "count");
+  /** Positions in a selected input row of the key columns [ws, we, date, metric, unit, type, temporality, key,
+   * bounds]: the INPUT positions of those columns. */
   private static final int[] INPUT_KEY = {0, 1, 2, 3, 4, 5, 6, 7, 8};
   /** ... and in a partial row. */
   private static final int[] PARTIAL_KEY = {1, 2, 3, 6, 7, 8, 9, 10, 11};
@@ -68,22 +79,117 @@ public final class Rollups {
    */
   public static Dataset<Row> rollups(Dataset<Row> clientMetrics, String dimensionSpec, String quantileSpec) {
     Spec spec = new Spec(dimensionSpec, quantileSpec);
+    org.apache.spark.sql.classic.Dataset<Row> given = (org.apache.spark.sql.classic.Dataset<Row>) clientMetrics;
+    Layout whole = wholeRows(given, spec);
+    org.apache.spark.sql.classic.Dataset<Row> input = whole != null ? given : selected(given, spec);
+    Layout layout = whole != null ? whole : Layout.selected(spec);
+    RDD<InternalRow> partial = input.queryExecution().toRdd().toJavaRDD()
+        .mapPartitions(new Merge(spec, layout)).rdd();
+    org.apache.spark.sql.classic.Dataset<Row> shuffled = (org.apache.spark.sql.classic.Dataset<Row>) input
+        .sparkSession().internalCreateDataFrame(partial, partialSchema(), false).repartition(functions.col("_h"));
+    RDD<InternalRow> rows = shuffled.queryExecution().toRdd().toJavaRDD().mapPartitions(new Merge(spec, null)).rdd();
+    return input.sparkSession().internalCreateDataFrame(rows, schema(spec), false);
+  }
+
+  /** The columns Merge reads, in INPUT order then the dimension columns, cast as the SQL sums them. */
+  private static org.apache.spark.sql.classic.Dataset<Row> selected(
+      org.apache.spark.sql.classic.Dataset<Row> clientMetrics, Spec spec) {
     List<Column> columns = new ArrayList<>();
     for (String name : INPUT) {
       Column c = functions.col(name);
-      columns.add(name.equals("points") || name.equals("resets") || name.equals("count") ? c.cast("bigint") : c);
+      columns.add(COUNTS.contains(name) ? c.cast("bigint") : c);
     }
     for (String name : spec.columns) {
       columns.add(functions.col(name).cast("string"));
     }
-    org.apache.spark.sql.classic.Dataset<Row> input =
-        (org.apache.spark.sql.classic.Dataset<Row>) clientMetrics.select(columns.toArray(new Column[0]));
-    RDD<InternalRow> partial = input.queryExecution().toRdd().toJavaRDD()
-        .mapPartitions(new Merge(spec, false)).rdd();
-    org.apache.spark.sql.classic.Dataset<Row> shuffled = (org.apache.spark.sql.classic.Dataset<Row>) input
-        .sparkSession().internalCreateDataFrame(partial, partialSchema(), false).repartition(functions.col("_h"));
-    RDD<InternalRow> rows = shuffled.queryExecution().toRdd().toJavaRDD().mapPartitions(new Merge(spec, true)).rdd();
-    return input.sparkSession().internalCreateDataFrame(rows, schema(spec), false);
+    return (org.apache.spark.sql.classic.Dataset<Row>) clientMetrics.select(columns.toArray(new Column[0]));
+  }
+
+  /**
+   * Whether {@link #rollups} reads the rows of a whole cached frame as they are cached, every column (the frame
+   * holds the columns Merge reads, of the types it reads): true for the job's client_metrics. Selecting the
+   * columns would copy each row into a new one (a projection, ~10 % of a warm batch's task time) where
+   * {@link RowCache} hands out the cached rows themselves. Any other frame is read through {@link #selected},
+   * so a file source reads only those columns. (Spark's columnar cache, in a session without RowCache, then
+   * decodes every column: only sessions that added the jar late have it.)
+   */
+  public static boolean readsCachedRows(Dataset<Row> clientMetrics, String dimensionSpec, String quantileSpec) {
+    Spec spec = new Spec(dimensionSpec, quantileSpec);
+    return wholeRows((org.apache.spark.sql.classic.Dataset<Row>) clientMetrics, spec) != null;
+  }
+
+  /** The layout of the frame's rows read as cached (see {@link #readsCachedRows}); null: read them selected. */
+  private static Layout wholeRows(org.apache.spark.sql.classic.Dataset<Row> clientMetrics, Spec spec) {
+    return clientMetrics.queryExecution().optimizedPlan() instanceof InMemoryRelation
+        ? Layout.of(clientMetrics.schema(), spec) : null;
+  }
+
+  /** Where Merge finds its columns in an input row: the key columns, the measures, the dimension columns. */
+  static final class Layout implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final int[] key; // [ws, we, date, metric, unit, type, temporality, attributes_key, bounds]
+    final int[] measures; // Acc.INPUT's columns
+    final boolean[] ints; // per measure: read with getInt (an int column read as a long)
+    final int[][] dimensions; // per dimension, its columns
+
+    private Layout(int[] input, boolean[] inputInts, int[][] dimensions) {
+      key = new int[INPUT_KEY.length];
+      for (int i = 0; i < key.length; i++) {
+        key[i] = input[INPUT_KEY[i]];
+      }
+      measures = new int[Acc.INPUT.length];
+      ints = new boolean[Acc.INPUT.length];
+      for (int i = 0; i < measures.length; i++) {
+        measures[i] = Acc.INPUT[i] < 0 ? -1 : input[Acc.INPUT[i]];
+        ints[i] = Acc.INPUT[i] >= 0 && inputInts[Acc.INPUT[i]];
+      }
+      this.dimensions = dimensions;
+    }
+
+    /** The rows {@link #selected} makes: INPUT's columns in order, the counts as longs, then the dimensions. */
+    static Layout selected(Spec spec) {
+      int[] input = new int[INPUT.length];
+      for (int i = 0; i < input.length; i++) {
+        input[i] = i;
+      }
+      return new Layout(input, new boolean[INPUT.length], spec.at);
+    }
+
+    /**
+     * The layout of rows of {@code schema} read as they are: null when a column is missing or of another type
+     * than the one Merge reads (the timestamps as longs, strings, doubles, the bounds and bucket arrays, the
+     * attributes map; the counts as longs or ints; the dimensions as strings).
+     */
+    static Layout of(StructType schema, Spec spec) {
+      List<String> names = Arrays.asList(schema.fieldNames());
+      int[] input = new int[INPUT.length];
+      boolean[] ints = new boolean[INPUT.length];
+      for (int i = 0; i < INPUT.length; i++) {
+        input[i] = names.indexOf(INPUT[i]);
+        if (input[i] < 0 || names.lastIndexOf(INPUT[i]) != input[i]) {
+          return null;
+        }
+        String type = schema.fields()[input[i]].dataType().catalogString();
+        ints[i] = type.equals("int") && COUNTS.contains(INPUT[i]);
+        if (!ints[i] && !type.equals(READ_AS[i])) {
+          return null;
+        }
+      }
+      int[][] dimensions = new int[spec.at.length][];
+      for (int d = 0; d < dimensions.length; d++) {
+        dimensions[d] = new int[spec.at[d].length];
+        for (int i = 0; i < dimensions[d].length; i++) {
+          String column = spec.columns[spec.at[d][i] - INPUT.length];
+          int at = names.indexOf(column);
+          if (at < 0 || names.lastIndexOf(column) != at
+              || !schema.fields()[at].dataType().catalogString().equals("string")) {
+            return null;
+          }
+          dimensions[d][i] = at;
+        }
+      }
+      return new Layout(input, ints, dimensions);
+    }
   }
 
   /** The dimensions and the quantiles. */
@@ -183,11 +289,11 @@ public final class Rollups {
   static final class Merge implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
     private static final long serialVersionUID = 1L;
     private final Spec spec;
-    private final boolean fin;
+    private final Layout layout; // of the input rows; null: partial rows, merged and finished (the second merge)
 
-    Merge(Spec spec, boolean fin) {
+    Merge(Spec spec, Layout layout) {
       this.spec = spec;
-      this.fin = fin;
+      this.layout = layout;
     }
 
     @Override
@@ -195,33 +301,35 @@ public final class Rollups {
       HashMap<Key, Acc> groups = new HashMap<>();
       while (rows.hasNext()) {
         InternalRow r = rows.next();
-        if (fin) {
-          accumulate(groups, Key.of(Series.of(r, PARTIAL_KEY), r.getInt(4), strings(r.getArray(5))), r, Acc.PARTIAL);
+        if (layout == null) {
+          accumulate(groups, Key.of(Series.of(r, PARTIAL_KEY), r.getInt(4), strings(r.getArray(5))), r,
+              Acc.PARTIAL, Acc.NO_INTS);
           continue;
         }
-        Series series = Series.of(r, INPUT_KEY); // read once for every dimension
-        for (int d = 0; d < spec.at.length; d++) {
-          UTF8String[] values = new UTF8String[spec.at[d].length];
+        Series series = Series.of(r, layout.key); // read once for every dimension
+        for (int d = 0; d < layout.dimensions.length; d++) {
+          int[] at = layout.dimensions[d];
+          UTF8String[] values = new UTF8String[at.length];
           for (int i = 0; i < values.length; i++) {
-            values[i] = r.isNullAt(spec.at[d][i]) ? null : r.getUTF8String(spec.at[d][i]);
+            values[i] = r.isNullAt(at[i]) ? null : r.getUTF8String(at[i]);
           }
-          accumulate(groups, Key.of(series, d, values), r, Acc.INPUT);
+          accumulate(groups, Key.of(series, d, values), r, layout.measures, layout.ints);
         }
       }
       List<InternalRow> out = new ArrayList<>(groups.size());
       for (Map.Entry<Key, Acc> e : groups.entrySet()) {
-        out.add(fin ? e.getValue().row(e.getKey(), spec) : e.getValue().partial(e.getKey()));
+        out.add(layout == null ? e.getValue().row(e.getKey(), spec) : e.getValue().partial(e.getKey()));
       }
       return out.iterator();
     }
 
-    private static void accumulate(HashMap<Key, Acc> groups, Key key, InternalRow r, int[] at) {
+    private static void accumulate(HashMap<Key, Acc> groups, Key key, InternalRow r, int[] at, boolean[] ints) {
       Acc acc = groups.get(key);
       if (acc == null) {
         acc = new Acc();
         groups.put(key.copy(), acc);
       }
-      acc.add(r, at);
+      acc.add(r, at, ints);
     }
   }
 
@@ -366,6 +474,8 @@ public final class Rollups {
     static final int[] INPUT = {9, -1, 10, 11, 12, 13, 14, -1, 15, 16, 17, 18, 19, 20};
     /** ... and in a partial row. */
     static final int[] PARTIAL = {12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25};
+    /** A partial row's counts are all longs. */
+    static final boolean[] NO_INTS = new boolean[PARTIAL.length];
 
     private boolean seen;
     private MapData attributes;
@@ -381,7 +491,7 @@ public final class Rollups {
     private boolean hasMax;
     private Long[] buckets;
 
-    void add(InternalRow r, int[] at) {
+    void add(InternalRow r, int[] at, boolean[] ints) {
       if (!seen) { // first(attributes): a row's of the group
         seen = true;
         attributes = r.isNullAt(at[0]) ? null : r.getMap(at[0]).copy();
@@ -394,9 +504,9 @@ public final class Rollups {
       addDouble(2, r, at[8]);
       addDouble(3, r, at[9]);
       addDouble(4, r, at[12]);
-      addLong(0, r, at[2]);
-      addLong(1, r, at[10]);
-      addLong(2, r, at[11]);
+      addLong(0, r, at[2], ints[2]);
+      addLong(1, r, at[10], ints[10]);
+      addLong(2, r, at[11], ints[11]);
       if (!r.isNullAt(at[4])) {
         double v = r.getDouble(at[4]);
         min = !hasMin || ClientWindows.compareDoubles(v, min) < 0 ? v : min;
@@ -421,9 +531,9 @@ public final class Rollups {
       }
     }
 
-    private void addLong(int i, InternalRow r, int at) {
+    private void addLong(int i, InternalRow r, int at, boolean isInt) {
       if (!r.isNullAt(at)) {
-        totals[i] += r.getLong(at);
+        totals[i] += isInt ? r.getInt(at) : r.getLong(at);
         counted[i] = true;
       }
     }
