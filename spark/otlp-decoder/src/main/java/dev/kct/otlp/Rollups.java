@@ -299,21 +299,24 @@ public final class Rollups {
     @Override
     public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
       HashMap<Key, Acc> groups = new HashMap<>();
+      Measures measures = new Measures(); // one row's at a time
       while (rows.hasNext()) {
         InternalRow r = rows.next();
         if (layout == null) {
-          accumulate(groups, Key.of(Series.of(r, PARTIAL_KEY), r.getInt(4), strings(r.getArray(5))), r,
-              Acc.PARTIAL, Acc.NO_INTS);
+          accumulate(groups, Key.of(Series.of(r, PARTIAL_KEY), r.getInt(4), strings(r.getArray(5))),
+              measures.read(r, Acc.PARTIAL, Acc.NO_INTS));
           continue;
         }
-        Series series = Series.of(r, layout.key); // read once for every dimension
+        // The series and the measures are read once for every dimension's group the row adds to.
+        Series series = Series.of(r, layout.key);
+        measures.read(r, layout.measures, layout.ints);
         for (int d = 0; d < layout.dimensions.length; d++) {
           int[] at = layout.dimensions[d];
           UTF8String[] values = new UTF8String[at.length];
           for (int i = 0; i < values.length; i++) {
             values[i] = r.isNullAt(at[i]) ? null : r.getUTF8String(at[i]);
           }
-          accumulate(groups, Key.of(series, d, values), r, layout.measures, layout.ints);
+          accumulate(groups, Key.of(series, d, values), measures);
         }
       }
       List<InternalRow> out = new ArrayList<>(groups.size());
@@ -323,13 +326,13 @@ public final class Rollups {
       return out.iterator();
     }
 
-    private static void accumulate(HashMap<Key, Acc> groups, Key key, InternalRow r, int[] at, boolean[] ints) {
+    private static void accumulate(HashMap<Key, Acc> groups, Key key, Measures row) {
       Acc acc = groups.get(key);
       if (acc == null) {
         acc = new Acc();
         groups.put(key.copy(), acc);
       }
-      acc.add(r, at, ints);
+      acc.add(row);
     }
   }
 
@@ -467,6 +470,61 @@ public final class Rollups {
     }
   }
 
+  /** One input row's measures, as {@link Acc#add} adds them: read once, whatever the number of groups the row
+   * adds to (one per dimension). Reused from row to row; valid while its row is. */
+  static final class Measures {
+    private InternalRow row;
+    private int attributesAt;
+    long instances;
+    long avgCount;
+    final double[] sums = new double[5]; // value_last, avg, delta, rate, sum
+    final boolean[] summed = new boolean[5];
+    final long[] totals = new long[3]; // points, resets, count
+    final boolean[] counted = new boolean[3];
+    double min;
+    double max;
+    boolean hasMin;
+    boolean hasMax;
+    Long[] buckets; // shared by the groups it is added to: never changed in place (Acc.zip makes a new one)
+
+    /** The measures of {@code r} at {@code at} (Acc.INPUT's or Acc.PARTIAL's order); {@code ints}: read as int. */
+    Measures read(InternalRow r, int[] at, boolean[] ints) {
+      row = r;
+      attributesAt = at[0];
+      instances = at[1] < 0 ? 1 : r.getLong(at[1]);
+      avgCount = at[7] < 0 ? (r.isNullAt(at[6]) ? 0 : 1) : r.getLong(at[7]);
+      readDouble(0, r, at[3]);
+      readDouble(1, r, at[6]);
+      readDouble(2, r, at[8]);
+      readDouble(3, r, at[9]);
+      readDouble(4, r, at[12]);
+      readLong(0, r, at[2], ints[2]);
+      readLong(1, r, at[10], ints[10]);
+      readLong(2, r, at[11], ints[11]);
+      hasMin = !r.isNullAt(at[4]);
+      min = hasMin ? r.getDouble(at[4]) : 0.0;
+      hasMax = !r.isNullAt(at[5]);
+      max = hasMax ? r.getDouble(at[5]) : 0.0;
+      buckets = r.isNullAt(at[13]) ? null : Acc.longs(r.getArray(at[13]));
+      return this;
+    }
+
+    /** The row's attributes, copied: a new group keeps them. */
+    MapData attributes() {
+      return row.isNullAt(attributesAt) ? null : row.getMap(attributesAt).copy();
+    }
+
+    private void readDouble(int i, InternalRow r, int at) {
+      summed[i] = !r.isNullAt(at);
+      sums[i] = summed[i] ? r.getDouble(at) : 0.0;
+    }
+
+    private void readLong(int i, InternalRow r, int at, boolean isInt) {
+      counted[i] = !r.isNullAt(at);
+      totals[i] = !counted[i] ? 0 : isInt ? r.getInt(at) : r.getLong(at);
+    }
+  }
+
   /** The running aggregates of one group, as the SQL's partial aggregation buffers. */
   static final class Acc {
     /** Positions of [attributes, instances, points, value_last, value_min, value_max, value_avg sum, its count,
@@ -491,54 +549,39 @@ public final class Rollups {
     private boolean hasMax;
     private Long[] buckets;
 
-    void add(InternalRow r, int[] at, boolean[] ints) {
+    void add(Measures m) {
       if (!seen) { // first(attributes): a row's of the group
         seen = true;
-        attributes = r.isNullAt(at[0]) ? null : r.getMap(at[0]).copy();
+        attributes = m.attributes();
       }
-      instances += at[1] < 0 ? 1 : r.getLong(at[1]);
-      long avgN = at[7] < 0 ? (r.isNullAt(at[6]) ? 0 : 1) : r.getLong(at[7]);
-      avgCount += avgN;
-      addDouble(0, r, at[3]);
-      addDouble(1, r, at[6]);
-      addDouble(2, r, at[8]);
-      addDouble(3, r, at[9]);
-      addDouble(4, r, at[12]);
-      addLong(0, r, at[2], ints[2]);
-      addLong(1, r, at[10], ints[10]);
-      addLong(2, r, at[11], ints[11]);
-      if (!r.isNullAt(at[4])) {
-        double v = r.getDouble(at[4]);
-        min = !hasMin || ClientWindows.compareDoubles(v, min) < 0 ? v : min;
+      instances += m.instances;
+      avgCount += m.avgCount;
+      for (int i = 0; i < sums.length; i++) { // Spark's sum of doubles: from 0.0, nulls skipped, null when all are
+        if (m.summed[i]) {
+          sums[i] = summed[i] ? sums[i] + m.sums[i] : 0.0 + m.sums[i];
+          summed[i] = true;
+        }
+      }
+      for (int i = 0; i < totals.length; i++) {
+        if (m.counted[i]) {
+          totals[i] += m.totals[i];
+          counted[i] = true;
+        }
+      }
+      if (m.hasMin) {
+        min = !hasMin || ClientWindows.compareDoubles(m.min, min) < 0 ? m.min : min;
         hasMin = true;
       }
-      if (!r.isNullAt(at[5])) {
-        double v = r.getDouble(at[5]);
-        max = !hasMax || ClientWindows.compareDoubles(v, max) > 0 ? v : max;
+      if (m.hasMax) {
+        max = !hasMax || ClientWindows.compareDoubles(m.max, max) > 0 ? m.max : max;
         hasMax = true;
       }
-      if (!r.isNullAt(at[13])) { // collect_list skips null arrays
-        Long[] b = longs(r.getArray(at[13]));
-        buckets = buckets == null ? b : zip(buckets, b);
+      if (m.buckets != null) { // collect_list skips null arrays
+        buckets = buckets == null ? m.buckets : zip(buckets, m.buckets);
       }
     }
 
-    /** Spark's sum of doubles: from 0.0, nulls skipped, null when all are. */
-    private void addDouble(int i, InternalRow r, int at) {
-      if (!r.isNullAt(at)) {
-        sums[i] = summed[i] ? sums[i] + r.getDouble(at) : 0.0 + r.getDouble(at);
-        summed[i] = true;
-      }
-    }
-
-    private void addLong(int i, InternalRow r, int at, boolean isInt) {
-      if (!r.isNullAt(at)) {
-        totals[i] += isInt ? r.getInt(at) : r.getLong(at);
-        counted[i] = true;
-      }
-    }
-
-    private static Long[] longs(ArrayData a) {
+    static Long[] longs(ArrayData a) {
       Long[] out = new Long[a.numElements()];
       for (int i = 0; i < out.length; i++) {
         out[i] = a.isNullAt(i) ? null : a.getLong(i);
