@@ -182,6 +182,29 @@ def test_client_windows_window_size_and_lookback_are_honoured(jvm: Any) -> None:
     assert jvm_rows == sql_rows
 
 
+def test_client_windows_dates_follow_the_session_time_zone_across_local_midnight(jvm: Any) -> None:
+    """Given the synthetic producers (22:14-22:26 UTC) and a session time zone of +01:45, whose midnight falls
+    at 22:15 UTC, When both paths aggregate, Then their rows agree, `date` included, and hold both local dates
+    (ClientWindows keeps the day it found last: the windows after midnight must not take the day before's)."""
+    spark = jvm
+    rows = [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())]
+    raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).persist()
+    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
+                                            "parquet": {"path": "/unused"}})
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "+01:45")
+    try:
+        sql_rows = _rows(aggregate_client_metrics(decode_records(raw, cfg), window_seconds=60,
+                                                  lookback_windows=LOOKBACK))
+        jvm_rows = _rows(client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        raw.unpersist()
+    at = CLIENT_METRICS_COLUMNS.index("date")
+    assert {r[at] for r in sql_rows} == {"2023-11-14", "2023-11-15"}
+    assert jvm_rows == sql_rows
+
+
 def _random_histograms(seed: int, layouts: int) -> list[tuple[Any, ...]]:
     """Delta histograms over random bucket layouts (negative, fractional and huge bounds, empty buckets,
     all-empty histograms, large counts), two pushes per window so buckets are also added up."""

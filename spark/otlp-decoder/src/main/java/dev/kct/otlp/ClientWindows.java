@@ -142,6 +142,26 @@ public final class ClientWindows {
       return timeNanos >= fromNanos && timeNanos < untilNanos;
     }
 
+    /** The last day {@link #date} computed: immutable, so a thread reads a whole one or an older one. */
+    private record Day(long from, long until, UTF8String date) {}
+
+    private transient volatile Day day;
+
+    /** The date of a window starting at {@code ws} (epoch seconds) in the zone, as `date`. Rows come window after
+     * window, nearly all of one day: the day found last is kept, rather than the zone parsed and the date
+     * formatted for every row. */
+    UTF8String date(long ws) {
+      Day d = day;
+      if (d == null || ws < d.from() || ws >= d.until()) {
+        ZoneId z = ZoneId.of(zone);
+        LocalDate date = LocalDate.ofInstant(Instant.ofEpochSecond(ws), z);
+        d = new Day(date.atStartOfDay(z).toEpochSecond(), date.plusDays(1).atStartOfDay(z).toEpochSecond(),
+            UTF8String.fromString(date.toString()));
+        day = d;
+      }
+      return d.date();
+    }
+
     Spec(long size, int lookback, String zone, String quantileSpec, int labelCount, boolean withLast) {
       this.size = size;
       this.lookback = lookback;
@@ -846,7 +866,7 @@ public final class ClientWindows {
       int k = 0;
       v[k++] = ws * 1_000_000L; // timestamp_seconds(_ws)
       v[k++] = (ws + spec.size) * 1_000_000L;
-      v[k++] = UTF8String.fromString(LocalDate.ofInstant(Instant.ofEpochSecond(ws), ZoneId.of(spec.zone)).toString());
+      v[k++] = spec.date(ws);
       v[k++] = instance;
       for (int i = 1; i <= spec.labelCount; i++) {
         v[k++] = push == null ? null : push.labels[i];
