@@ -133,8 +133,8 @@ class RunConfig(StrictModel):
 # a fresh local[2] JVM (bench/spark_throughput.py) it took 37.6-38.7 JVM CPU-seconds instead of 42.6-44.6 for
 # the batch and 40.5-43.0 instead of 48.0-49.9 for the stream (the tasks' threads ~3 CPU-s less, the JIT
 # compilers ~2 less: G1's write barriers cost in the compiled code and in compiling it); the job's pauses do
-# not matter, its throughput does. C2-only (-TieredCompilation) and higher C2 thresholds were measured too
-# and dropped (spark/README.md).
+# not matter, its throughput does. C2-only (-TieredCompilation) and higher C2 thresholds (x3; x10 and x20
+# again later: less JIT, but the benchmark's first batch slower) were measured too and dropped (spark/README.md).
 JOB_JAVA_OPTIONS: Final = "-XX:+UseParallelGC"
 # Spark settings the job is tuned with: `job.build_session` sets them when it creates the session, the
 # operator renders them into the SparkApplication's `sparkConf` (and spark/*.yaml hold them too); a job
