@@ -326,13 +326,13 @@ public final class Rollups {
       return out.iterator();
     }
 
-    private static void accumulate(HashMap<Key, Acc> groups, Key key, Measures row) {
+    private static void accumulate(HashMap<Key, Acc> groups, Key key, Measures measures) {
       Acc acc = groups.get(key);
       if (acc == null) {
         acc = new Acc();
         groups.put(key.copy(), acc);
       }
-      acc.add(row);
+      acc.add(measures);
     }
   }
 
