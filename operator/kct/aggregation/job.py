@@ -564,8 +564,16 @@ def _may_terminate(spark: Any) -> Any:
         column = spark.sparkContext._jvm.dev.kct.otlp.Terminating.column(
             F.col("headers")._jc, F.col("value")._jc, ",".join(_TERMINATING_HEADERS))
     except TypeError:  # py4j's JavaPackage (no such class: no decoder jar) is not callable
-        return _terminating_header() | F.col("value").contains(F.lit(_TERMINATING_METRIC))
+        return _may_terminate_sql()
     return ClassicColumn(column)
+
+
+def _may_terminate_sql() -> Any:
+    """`_may_terminate` in Spark SQL (without the decoder jar): null where a header's value is null and no
+    other part says true, which a filter and `count_if` take as false."""
+    from pyspark.sql import functions as F
+
+    return _terminating_header() | F.col("value").contains(F.lit(_TERMINATING_METRIC))
 
 
 def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kct.aggregation.decode import RAW_SCHEMA_DDL
-from kct.aggregation.job import _may_terminate, _terminating_header
+from kct.aggregation.job import _may_terminate, _may_terminate_sql
 from kct.aggregation.synthetic import build_request
 from kct.otlp import labels as L
 
@@ -85,8 +85,8 @@ def test_the_jvm_filter_keeps_the_records_the_sql_filter_keeps(jvm: Any) -> None
     from pyspark.sql import functions as F
 
     records = _records(jvm)
-    sql = _terminating_header() | F.col("value").contains(F.lit(NAME))
-    both = records.select("offset", _may_terminate(jvm).alias("jvm"), F.coalesce(sql, F.lit(False)).alias("sql"))
+    sql = F.coalesce(_may_terminate_sql(), F.lit(False))
+    both = records.select("offset", _may_terminate(jvm).alias("jvm"), sql.alias("sql"))
     rows = sorted(both.collect())
     disagree = [(r["offset"], r["jvm"], r["sql"]) for r in rows if r["jvm"] != r["sql"]]
     assert not disagree

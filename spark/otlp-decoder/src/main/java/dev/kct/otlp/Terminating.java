@@ -1,6 +1,7 @@
 package dev.kct.otlp;
 
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.Locale;
 import java.util.Set;
 import org.apache.spark.sql.Column;
@@ -18,8 +19,9 @@ import scala.collection.Seq;
  * filter {@code kct.aggregation.job._may_terminate} falls back to, a superset of the records holding one: the
  * job decodes only these and finds the terminations exactly. The SQL filter evaluates {@code exists} with an
  * interpreted lambda and lower-cases every header name, and {@code contains} compares the ~7 kB push from
- * every byte on: ~110 ms of task CPU per 10,000 records, ~75 ms here (spark/README.md). Here header names are compared without lower-casing them
- * first, and the push is searched with Horspool's skips (the name's last byte decides how far to move).
+ * every byte on: ~110 ms of task CPU per 10,000 records, ~75 ms here (spark/README.md). Here only header names
+ * of a name's length are lower-cased, and the push is searched with Horspool's skips (the byte under the
+ * name's last one decides how far to move).
  */
 public final class Terminating implements UDF2<Seq<Row>, byte[], Boolean> {
   private static final long serialVersionUID = 1L;
@@ -82,7 +84,7 @@ public final class Terminating implements UDF2<Seq<Row>, byte[], Boolean> {
   /** Horspool's skip per byte: how far the pattern may move when that byte is under its last one. */
   static int[] skips(byte[] pattern) {
     int[] skip = new int[256];
-    java.util.Arrays.fill(skip, pattern.length);
+    Arrays.fill(skip, pattern.length);
     for (int j = 0; j < pattern.length - 1; j++) {
       skip[pattern[j] & 0xff] = pattern.length - 1 - j;
     }
