@@ -84,7 +84,8 @@ def client_metrics_and_last_rows(records: Any, *, window_seconds: int = 60, look
 
 def with_push_times(records: Any) -> Any:
     """`records` with column `_times`: [earliest, newest] time_unix_nano of each push's data points (null: no
-    points, or not a push), parsed in Java without a row per point. Needs the decoder jar."""
+    points, or not a push), read in Java off the push's bytes without a row per point (`dev.kct.otlp.PushWire`;
+    protobuf parses the pushes it is not sure of). Needs the decoder jar."""
     from pyspark.sql import functions as F
 
     _register_time_functions(records.sparkSession)

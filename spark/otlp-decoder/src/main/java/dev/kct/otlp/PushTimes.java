@@ -9,6 +9,7 @@ import io.opentelemetry.proto.metrics.v1.NumberDataPoint;
 import io.opentelemetry.proto.metrics.v1.ResourceMetrics;
 import io.opentelemetry.proto.metrics.v1.ScopeMetrics;
 import io.opentelemetry.proto.metrics.v1.SummaryDataPoint;
+import java.util.Arrays;
 import java.util.function.LongConsumer;
 import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.api.java.UDF2;
@@ -18,7 +19,8 @@ import org.apache.spark.sql.api.java.UDF2;
  * needs to know of a record before aggregating it. {@code PushTimes} gives {@code [earliest, newest]}
  * time_unix_nano of the push's data points (null: not a push, or no points); {@link Before} counts the
  * points before a time (a micro-batch's late points). Times are compared as signed longs, as both decoders
- * store them.
+ * store them. Each push is read off its wire bytes ({@link PushWire}), or parsed with protobuf where that is
+ * not sure: the same times either way.
  */
 public final class PushTimes implements UDF1<byte[], long[]> {
   private static final long serialVersionUID = 1L;
@@ -59,6 +61,35 @@ public final class PushTimes implements UDF1<byte[], long[]> {
 
   /** Every data point's time_unix_nano; false when `value` is not a push (no points, as both decoders). */
   static boolean each(byte[] value, LongConsumer time) {
+    long[] read = PushWire.times(value);
+    if (read == null) {
+      return parsed(value, time);
+    }
+    for (long t : read) {
+      time.accept(t);
+    }
+    return true;
+  }
+
+  /**
+   * The push's point times as protobuf's full parse gives them, in their order; null: not a push. What
+   * {@link #each} falls back on, and what tests hold {@link PushWire#times} to.
+   */
+  public static long[] parsedTimes(byte[] value) {
+    long[][] out = {new long[16]};
+    int[] n = {0};
+    if (!parsed(value, t -> {
+      if (n[0] == out[0].length) {
+        out[0] = Arrays.copyOf(out[0], n[0] * 2);
+      }
+      out[0][n[0]++] = t;
+    })) {
+      return null;
+    }
+    return Arrays.copyOf(out[0], n[0]);
+  }
+
+  private static boolean parsed(byte[] value, LongConsumer time) {
     if (value == null) {
       return false;
     }
