@@ -93,68 +93,61 @@ public final class PushWire {
         if (field <= 0 || field >= t.kinds.length) {
           return false;
         }
-        switch (t.kinds[field]) {
-          case VARINT:
-            if (wire == 0 ? !varint(end) : wire != 2 || !t.packable[field] || !packed(end, 0)) {
+        byte kind = t.kinds[field];
+        if (kind == VARINT || kind == FIXED64 || kind == FIXED32) {
+          if (field == t.timeField && wire == 1 && end - p >= 8) {
+            if (timed) {
               return false;
             }
-            break;
-          case FIXED64:
-            if (wire == 1) {
-              if (end - p < 8) {
-                return false;
-              }
-              if (field == t.timeField) {
-                if (timed) {
-                  return false;
-                }
-                timed = true;
-                time = fixed64(p);
-              }
-              p += 8;
-            } else if (wire != 2 || !t.packable[field] || !packed(end, 8)) {
-              return false;
-            }
-            break;
-          case FIXED32:
-            if (wire == 5) {
-              if (end - p < 4) {
-                return false;
-              }
-              p += 4;
-            } else if (wire != 2 || !t.packable[field] || !packed(end, 4)) {
-              return false;
-            }
-            break;
-          case BYTES:
-          case STRING:
-          case MESSAGE:
-            if (wire != 2 || !length(end)) {
-              return false;
-            }
-            int stop = p + (int) varint;
-            if (t.kinds[field] == MESSAGE) {
-              if (depth >= MAX_DEPTH || (t.data[field] && dataSeen)) {
-                return false;
-              }
-              dataSeen |= t.data[field];
-              if (!message(t.messages[field], stop, depth + 1)) {
-                return false;
-              }
-              if (field == t.pointsField) {
-                add(pointTime);
-              }
-            } else if (t.kinds[field] == STRING && !utf8(p, stop)) {
-              return false;
-            }
-            p = stop;
-            break;
-          default:
+            timed = true;
+            time = fixed64(p);
+          }
+          if (!number(kind, t.packable[field], wire, end)) {
             return false;
+          }
+          continue;
         }
+        if (kind == UNKNOWN || wire != 2 || !length(end)) {
+          return false;
+        }
+        int stop = p + (int) varint;
+        if (kind == MESSAGE) {
+          if (depth >= MAX_DEPTH || (t.data[field] && dataSeen)) {
+            return false;
+          }
+          dataSeen |= t.data[field];
+          if (!message(t.messages[field], stop, depth + 1)) {
+            return false;
+          }
+          if (field == t.pointsField) {
+            add(pointTime);
+          }
+        } else if (kind == STRING && !utf8(p, stop)) {
+          return false;
+        }
+        p = stop;
       }
       pointTime = timed ? time : 0;
       return p == end;
+    }
+
+    /** A number field of `kind` with wire type `wire`: its own (a varint, 8 or 4 bytes), or packed. */
+    private boolean number(byte kind, boolean packable, int wire, int end) {
+      int size = kind == FIXED64 ? 8 : kind == FIXED32 ? 4 : 0;
+      if (wire == 2) {
+        return packable && packed(end, size);
+      }
+      if (wire != (kind == FIXED64 ? 1 : kind == FIXED32 ? 5 : 0)) {
+        return false;
+      }
+      if (size == 0) {
+        return varint(end);
+      }
+      if (end - p < size) {
+        return false;
+      }
+      p += size;
+      return true;
     }
 
     /** A varint of at most 10 bytes before `end` into {@link #varint}. */
