@@ -218,10 +218,10 @@ def _times(array: Any) -> list[int] | None:
 
 def test_wire_times_are_protobufs_or_not_sure(jvm: Any) -> None:
     valid = _valid_pushes()
-    mutated = _mutations(valid, 1500)
+    written = valid + _odd_and_broken(valid[5])
     read: dict[str, int] = {"pushes": 0, "empty": 0, "mutated": 0}
     unsure = refused = 0
-    for i, value in enumerate(valid + _odd_and_broken(valid[5]) + mutated):
+    for i, value in enumerate(written + _mutations(valid, 1500)):
         wire = _times(jvm.dev.kct.otlp.PushWire.times(value))
         parsed = _times(jvm.dev.kct.otlp.PushTimes.parsedTimes(value))
         if wire is None:
@@ -231,7 +231,7 @@ def test_wire_times_are_protobufs_or_not_sure(jvm: Any) -> None:
         assert wire == parsed, f"push {value.hex()}: wire {wire}, protobuf {parsed}"
         read["pushes"] += 1
         read["empty"] += not wire
-        read["mutated"] += i >= len(valid) + len(_odd_and_broken(valid[5]))
+        read["mutated"] += i >= len(written)
     for value in valid:
         assert jvm.dev.kct.otlp.PushWire.times(value) is not None, f"valid push {value.hex()} not read"
     # Both answers occur often enough for the comparison to mean something (1,500 mutations: ~5 % still

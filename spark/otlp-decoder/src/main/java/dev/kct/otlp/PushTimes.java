@@ -9,8 +9,8 @@ import io.opentelemetry.proto.metrics.v1.NumberDataPoint;
 import io.opentelemetry.proto.metrics.v1.ResourceMetrics;
 import io.opentelemetry.proto.metrics.v1.ScopeMetrics;
 import io.opentelemetry.proto.metrics.v1.SummaryDataPoint;
-import java.util.Arrays;
 import java.util.function.LongConsumer;
+import java.util.stream.LongStream;
 import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.api.java.UDF2;
 
@@ -76,17 +76,8 @@ public final class PushTimes implements UDF1<byte[], long[]> {
    * {@link #each} falls back on, and what tests hold {@link PushWire#times} to.
    */
   public static long[] parsedTimes(byte[] value) {
-    long[][] out = {new long[16]};
-    int[] n = {0};
-    if (!parsed(value, t -> {
-      if (n[0] == out[0].length) {
-        out[0] = Arrays.copyOf(out[0], n[0] * 2);
-      }
-      out[0][n[0]++] = t;
-    })) {
-      return null;
-    }
-    return Arrays.copyOf(out[0], n[0]);
+    LongStream.Builder times = LongStream.builder();
+    return parsed(value, times::add) ? times.build().toArray() : null;
   }
 
   private static boolean parsed(byte[] value, LongConsumer time) {

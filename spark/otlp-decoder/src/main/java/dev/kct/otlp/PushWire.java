@@ -22,7 +22,7 @@ import java.util.Map;
  * points protobuf merges; malformed bytes) it answers {@code null}: not sure, the caller then parses it with
  * protobuf, which decides. So every push it reads, protobuf parses too, into the same points: it checks what
  * protobuf checks of such a push (varints of at most 10 bytes, lengths within their message, packed lengths,
- * UTF-8 of proto3 strings), and a point's time is its last {@code time_unix_nano}, 0 without one, as protobuf
+ * UTF-8 of proto3 strings), and a point's time is its {@code time_unix_nano}, 0 without one, as protobuf
  * gives it. tests/unit/aggregation/test_push_wire.py holds the two to the same times over valid, odd and
  * broken pushes.
  */
