@@ -19,7 +19,9 @@ With --warm-rounds N, N more batch runs over the same topic, and N runs of a str
 each over --pushes new pushes appended to it (the same clients, later in event time), on one checkpoint
 (the first round starts it: its query plans are new): a stream runs
 for days, so its capacity is that of a JVM past its warm-up (the JIT compiler alone takes ~10 CPU-seconds
-of a first 1M-point run here). A stream round's points are those of the windows it finalized.
+of a first 1M-point run here). A stream round's points are those of the windows it finalized. With 4 rounds
+or more, a `steady` line gives the median points/s of the later half of the rounds (and its ratio to bare):
+where the JIT has compiled most of what it will (its CPU per round falls for ~15 rounds here).
 
 With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points),
 `aggregate` (cached points -> client_metrics, noop sink), `rollups` (cached client_metrics -> rollups, noop
@@ -38,6 +40,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -154,13 +157,16 @@ def spark_jobs(spark: Any) -> tuple[int, float]:
     return int(jobs.size()), cpu
 
 
-def jobs_line(spark: Any, before: tuple[tuple[int, float], dict[str, float]], enabled: bool) -> None:
-    """`--jobs`: what the step just timed cost in Spark jobs and JVM threads."""
+def jobs_line(spark: Any, before: tuple[tuple[int, float], dict[str, float]], enabled: bool,
+              after: tuple[int, float] | None = None) -> None:
+    """`--jobs`: what the step just timed cost in Spark jobs and JVM threads. The threads' CPU is the one
+    `timed` read as the step ended, and `after` the Spark jobs counted then (default: now): what runs in
+    between (this function's own calls over every stage so far, a count of the output) is not the step's."""
     if not enabled:
         return
     (jobs0, task_cpu0), threads0 = before
-    jobs1, task_cpu1 = spark_jobs(spark)
-    threads1 = jvm_thread_cpu()
+    jobs1, task_cpu1 = after or spark_jobs(spark)
+    threads1 = _LAST_THREADS[0] or jvm_thread_cpu()
     kinds = ", ".join(f"{k} {threads1[k] - threads0[k]:.1f}" for k in threads1)
     print(f"  {'':<10} {jobs1 - jobs0} Spark jobs, tasks' CPU {task_cpu1 - task_cpu0:.1f} s; "
           f"JVM threads CPU-s: {kinds}", flush=True)
@@ -173,15 +179,18 @@ def line(label: str, took: float, records: int, points: int, note: str = "", cpu
 
 
 _LAST_CPU: list[float | None] = [None]
+_LAST_THREADS: list[dict[str, float] | None] = [None]
 
 
 def timed(fn: Any) -> tuple[float, Any]:
-    """Wall seconds of `fn()` and its result; its JVM CPU-seconds are left in `_LAST_CPU[0]`."""
+    """Wall seconds of `fn()` and its result; its JVM CPU-seconds are left in `_LAST_CPU[0]`, the JVM threads'
+    CPU-seconds as it ended in `_LAST_THREADS[0]`."""
     cpu0 = jvm_cpu_seconds()
     started = time.perf_counter()
     out = fn()
     took = time.perf_counter() - started
     cpu1 = jvm_cpu_seconds()
+    _LAST_THREADS[0] = jvm_thread_cpu()
     _LAST_CPU[0] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
     return took, out
 
@@ -204,12 +213,26 @@ def warm_batches(spark: Any, cfg: Any, args: argparse.Namespace, records: int, f
     """`--warm-rounds`: `run_batch` again over the same topic, each round timed."""
     from kct.aggregation.job import run_batch
 
+    rates = []
     for k in range(args.warm_rounds):
         before = (spark_jobs(spark), jvm_thread_cpu())
         took, counts = timed(lambda: run_batch(spark, cfg))
         line(f"batch w{k + 1}", took, records, int(counts["points"]), cpu=_LAST_CPU[0])
         jobs_line(spark, before, args.jobs)
-        figures["batch_warm_points_s"] = round(int(counts["points"]) / took)
+        rates.append(int(counts["points"]) / took)
+        figures["batch_warm_points_s"] = round(rates[-1])
+    steady_line("batch", rates, figures)
+
+
+def steady_line(kind: str, rates: list[float], figures: dict[str, Any]) -> None:
+    """The median points/s of the later half of the warm rounds (4 or more), as `<kind>_steady_points_s`."""
+    if len(rates) < 4:
+        return
+    later = rates[len(rates) // 2:]
+    figures[f"{kind}_steady_points_s"] = round(statistics.median(later))
+    print(f"  {kind + ' steady':<17} median of rounds w{len(rates) - len(later) + 1}-w{len(rates)}: "
+          f"{figures[f'{kind}_steady_points_s']:,} points/s (min {min(later):,.0f}, max {max(later):,.0f})",
+          flush=True)
 
 
 def warm_streams(spark: Any, cfg: Any, args: argparse.Namespace, work: Path, figures: dict[str, Any]) -> None:
@@ -227,6 +250,7 @@ def warm_streams(spark: Any, cfg: Any, args: argparse.Namespace, work: Path, fig
         for query in run_stream(spark, warm):
             query.awaitTermination()
 
+    rates = []
     try:
         for k in range(args.warm_rounds):
             more = filler.fill(args.pushes)
@@ -234,10 +258,13 @@ def warm_streams(spark: Any, cfg: Any, args: argparse.Namespace, work: Path, fig
             before = (spark_jobs(spark), jvm_thread_cpu())
             took, _ = timed(stream)
             cpu = _LAST_CPU[0]
+            after = spark_jobs(spark) if args.jobs else None  # before the count below, a job of its own
             finalized = finalized_points(spark, warm) - done
             line(f"stream w{k + 1}", took, more, finalized, "(points: those of the windows it finalized)", cpu)
-            jobs_line(spark, before, args.jobs)
-            figures["stream_warm_points_s"] = round(finalized / took)
+            jobs_line(spark, before, args.jobs, after)
+            rates.append(finalized / took)
+            figures["stream_warm_points_s"] = round(rates[-1])
+        steady_line("stream", rates, figures)
     finally:
         delete_topics(args.bootstrap, [filler.topic])
 
@@ -248,7 +275,10 @@ def finalized_points(spark: Any, cfg: Any) -> int:
 
     from kct.aggregation.job import _path
 
-    return int(spark.read.parquet(_path(cfg, "client_metrics")).agg(F.sum("points")).first()[0] or 0)
+    table = Path(_path(cfg, "client_metrics"))  # the benchmark writes under a local temporary folder
+    if not table.exists():  # no window finalized yet (a few pushes per client)
+        return 0
+    return int(spark.read.parquet(str(table)).agg(F.sum("points")).first()[0] or 0)
 
 
 def bare_groupby(spark: Any, points: Any, work: Path, window_s: int) -> tuple[float, int]:
@@ -305,6 +335,22 @@ def stages(spark: Any, cfg: Any, raw: Any, decoded: Any, work: Path, records: in
     took, _ = timed(lambda: metrics.write.mode("overwrite").parquet(str(work / "stage-cm")))
     line("write", took, records, points, "(cached client_metrics -> Parquet)", _LAST_CPU[0])
     metrics.unpersist()
+
+
+def ratios(figures: dict[str, Any]) -> None:
+    """Each end-to-end figure divided by bare's (points/s), and bare's JVM CPU-s by theirs; printed, kept."""
+    print()
+    for kind in ("batch", "stream"):
+        if f"{kind}_points_s" not in figures:
+            continue
+        figures[f"ratio_{kind}"] = round(figures[f"{kind}_points_s"] / figures["bare_points_s"], 3)
+        print(f"  ratio      {kind} / bare = {figures[f'ratio_{kind}']:.3f}", flush=True)
+        if figures.get(f"{kind}_cpu_s") and figures.get("bare_cpu_s"):
+            figures[f"cpu_ratio_{kind}"] = round(figures["bare_cpu_s"] / figures[f"{kind}_cpu_s"], 3)
+            print(f"  ratio      bare / {kind} JVM CPU-s = {figures[f'cpu_ratio_{kind}']:.3f}", flush=True)
+        if f"{kind}_steady_points_s" in figures:
+            figures[f"ratio_{kind}_steady"] = round(figures[f"{kind}_steady_points_s"] / figures["bare_points_s"], 3)
+            print(f"  ratio      {kind} steady / bare = {figures[f'ratio_{kind}_steady']:.3f}", flush=True)
 
 
 def main() -> int:
@@ -408,17 +454,7 @@ def main() -> int:
         raw.unpersist()
         decoded.unpersist()
 
-        figures["ratio_batch"] = round(figures["batch_points_s"] / figures["bare_points_s"], 3)
-        print(f"\n  ratio      batch / bare = {figures['ratio_batch']:.3f}", flush=True)
-        if figures.get("batch_cpu_s") and figures.get("bare_cpu_s"):
-            figures["cpu_ratio_batch"] = round(figures["bare_cpu_s"] / figures["batch_cpu_s"], 3)
-            print(f"  ratio      bare / batch JVM CPU-s = {figures['cpu_ratio_batch']:.3f}", flush=True)
-        if "stream_points_s" in figures:
-            figures["ratio_stream"] = round(figures["stream_points_s"] / figures["bare_points_s"], 3)
-            print(f"  ratio      stream / bare = {figures['ratio_stream']:.3f}", flush=True)
-            if figures.get("stream_cpu_s") and figures.get("bare_cpu_s"):
-                figures["cpu_ratio_stream"] = round(figures["bare_cpu_s"] / figures["stream_cpu_s"], 3)
-                print(f"  ratio      bare / stream JVM CPU-s = {figures['cpu_ratio_stream']:.3f}", flush=True)
+        ratios(figures)
         figures.update(spark=spark.version, kafka_source=source, decoder=decoder, points=points, pushes=records)
         spark.stop()
     finally:
