@@ -26,12 +26,16 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from kct.aggregation.config import JOB_SPARK_CONF, AggregationConfig, KafkaOutputConfig
 from kct.otlp import labels as L
+
+if TYPE_CHECKING:
+    from kct.aggregation.stream import AlertRowsFor, StreamState
 
 __all__ = [
     "TABLES",
@@ -343,10 +347,15 @@ def _alerts_horizon(cfg: AggregationConfig) -> int:
     return max(r.for_seconds for r in cfg.rules) + 2 * cfg.window.size_seconds
 
 
-def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig, span: tuple[Any, ...] | None = None) -> Any:
-    """Alerts for this micro-batch's windows; breach runs may have started in earlier batches, so the
-    rule's look-back is read back from the client_metrics table (which already holds this batch). `span`:
-    `_alerts_span` of `batch`, when the caller computed it already.
+def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig, span: tuple[Any, ...] | None = None,
+                         kept: StreamState | None = None) -> tuple[Any, Any]:
+    """Alerts for this micro-batch's windows, and the rows of the rules' look-back for the next micro-batch's
+    state (None, None without rules or rows). A breach run may have started in earlier micro-batches: the rows
+    before this batch's first window come from `kept` (the previous state, `_kept_alert_rows`) when it holds
+    them for these rules, else from the client_metrics table (a stream started before they were kept, a new
+    checkpoint, rules changed). Only the table's rows before this batch's first window are read, so whether
+    this batch's own append has landed yet does not matter. `span`: `_alerts_span` of `batch`, when the
+    caller computed it already.
 
     The time bounds change every micro-batch: as stream.time_bound (not literals), they leave the
     generated code as it was, so it is not compiled again; a coarser bound (the hour), a TIMESTAMP literal,
@@ -357,24 +366,59 @@ def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig, span: t
     from kct.aggregation.transforms import alerts
 
     if not cfg.rules:
-        return None
+        return None, None
     metrics = sorted({r.metric for r in cfg.rules})
     first_us, since, until = span if span is not None else batch.agg(*_alerts_span(cfg)).first()
     if first_us is None:
-        return None
-    dates = _date_partitions(spark, _path(cfg, "client_metrics"), since, until)
+        return None, None
     low_us = first_us - _alerts_horizon(cfg) * 1_000_000
-    hour_us = 3_600_000_000
-    history = (
-        # The table's schema is the batch's (no job reading a footer to infer it; `date` read as the string
-        # the batch has, the same folder name when written back).
-        spark.read.schema(batch.schema).option("basePath", _path(cfg, "client_metrics")).parquet(*dates)
-        .where(F.col("metric").isin(metrics))
-        .where(F.col("window_start") >= F.timestamp_micros(F.lit(low_us // hour_us * hour_us)))
-        .where(F.unix_micros("window_start") >= time_bound(spark, low_us))
-    )
+    ours = batch.where(F.col("metric").isin(metrics))
+    if kept is not None and _kept_alert_rows(cfg, kept, first_us):
+        before = None if kept.alert_rows is None else (
+            kept.alert_rows.where(F.unix_micros("window_start") >= time_bound(spark, low_us)))
+    else:
+        dates = _date_partitions(spark, _path(cfg, "client_metrics"), since, until)
+        hour_us = 3_600_000_000
+        before = None if not dates else (
+            # The table's schema is the batch's (no job reading a footer to infer it; `date` read as the string
+            # the batch has, the same folder name when written back).
+            spark.read.schema(batch.schema).option("basePath", _path(cfg, "client_metrics")).parquet(*dates)
+            .where(F.col("metric").isin(metrics))
+            .where(F.col("window_start") >= F.timestamp_micros(F.lit(low_us // hour_us * hour_us)))
+            .where(F.unix_micros("window_start") >= time_bound(spark, low_us))
+            .where(F.unix_micros("window_start") < time_bound(spark, first_us)))
+    history = ours if before is None else before.unionByName(ours)
     found = alerts(history, cfg.rules)
-    return None if found is None else found.where(F.unix_micros("window_start") >= time_bound(spark, first_us))
+    fired = None if found is None else found.where(F.unix_micros("window_start") >= time_bound(spark, first_us))
+    return fired, history
+
+
+def _kept_alert_rows(cfg: AggregationConfig, kept: StreamState | None, first_us: int) -> bool:
+    """Whether the previous state's alert rows cover what this micro-batch's alerts look back to: the rules'
+    metrics, from this batch's first window less the rules' look-back on."""
+    if kept is None or kept.alert_rows_for is None:
+        return False
+    covered = kept.alert_rows_for
+    return ({r.metric for r in cfg.rules} <= set(covered.metrics)
+            and first_us - _alerts_horizon(cfg) * 1_000_000 >= covered.since_s * 1_000_000)
+
+
+def _next_alert_rows(spark: Any, cfg: AggregationConfig, history: Any, previous: StreamState,
+                     final_before_s: int | None) -> tuple[Any, AlertRowsFor | None]:
+    """The alert rows the next state keeps: the rows of `history` (this micro-batch's, None: it finalized no
+    window) the next micro-batches' look-back can reach, i.e. of windows from `final_before_s` less the
+    rules' look-back on (those finalized later start at `final_before_s` or after)."""
+    from pyspark.sql import functions as F
+
+    from kct.aggregation.stream import AlertRowsFor, time_bound
+
+    if not cfg.rules or final_before_s is None:
+        return None, None
+    if history is None:  # nothing finalized: what the previous state kept still holds, if it kept any
+        return previous.alert_rows, previous.alert_rows_for
+    since_s = final_before_s - _alerts_horizon(cfg)
+    rows = history.where(F.unix_micros("window_start") >= time_bound(spark, since_s * 1_000_000))
+    return rows, AlertRowsFor(tuple(sorted({r.metric for r in cfg.rules})), since_s)
 
 
 def _date_partitions(spark: Any, table: str, since: str, until: str) -> list[str]:
@@ -383,6 +427,8 @@ def _date_partitions(spark: Any, table: str, since: str, until: str) -> list[str
     jvm = spark.sparkContext._jvm
     root = jvm.org.apache.hadoop.fs.Path(table)
     fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(root):  # nothing written yet
+        return []
     low, high = f"date={since}", f"date={until}"
     names = [status.getPath().getName() for status in fs.listStatus(root) if status.isDirectory()]
     return [f"{table}/{name}" for name in sorted(names) if name.startswith("date=") and low <= name <= high]
@@ -398,13 +444,12 @@ def _rollups(metrics: Any, client_windows: bool) -> Any:
 
 
 def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, files: int,
-                     client_windows: bool = False,
-                     alerts_span: tuple[Any, ...] | None = None) -> dict[str, Callable[[], None]]:
+                     client_windows: bool = False, fired: Any = None) -> dict[str, Callable[[], None]]:
     """What a micro-batch's finalized windows are written to, by output name (client_metrics and
-    rollups in `files` files, alerts in one: they are a few rows; `alerts_span`: `_alerts_span` of `metrics`)."""
+    rollups in `files` files, alerts in one: they are a few rows; `fired`: the alerts of `metrics`,
+    `_alerts_with_history`, None: none)."""
 
     def alerts() -> None:
-        fired = _alerts_with_history(spark, metrics, cfg, alerts_span)
         if fired is not None:
             _append_once(spark, cfg, "alerts", batch_id, fired, files=1)
 
@@ -419,7 +464,8 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
     return out
 
 
-# Outputs that read another output's table: alerts read client_metrics' history, this batch's rows included.
+# Outputs written only once another is: a micro-batch's alerts are in their table only after the
+# client_metrics rows they were found in are in theirs (a reader following an alert finds its windows).
 _WRITTEN_AFTER = {"alerts": "client_metrics"}
 
 
@@ -467,19 +513,20 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
     store = _state_store(spark, cfg)
     alerts_span = _alerts_span(cfg)
 
-    def step_of(points: Any, batch_id: int) -> Any:
+    def step_of(points: Any, previous: StreamState) -> Any:
         sizes = {"window_seconds": cfg.window.size_seconds, "watermark_seconds": cfg.window.watermark_seconds,
                  "lookback_windows": cfg.window.counter_lookback_windows}
         if not client_windows:
-            return advance(store.load(batch_id), points, **sizes)
+            return advance(previous, points, **sizes)
         # How many records may hold a termination, counted in advance_records' first job: none (the usual
         # case) spares the terminations their job.
-        return advance_records(store.load(batch_id), points, also=[F.count_if(_may_terminate(spark))], **sizes)
+        return advance_records(previous, points, also=[F.count_if(_may_terminate(spark))], **sizes)
 
     def write(batch: Any, batch_id: int) -> None:
         points = (with_push_times(batch) if client_windows else batch).persist()
         try:
-            step = step_of(points, batch_id)
+            previous = store.load(batch_id)
+            step = step_of(points, previous)
             # The finalized points sorted per series feed both client_metrics and the state's last points.
             if step.sorted_points is not None:
                 step.sorted_points.persist()
@@ -491,9 +538,14 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                 # The row count (it fills the cache the outputs read) and what the alerts need, in one job.
                 counted = None if metrics is None else metrics.agg(F.count(F.lit(1)), *alerts_span).first()
                 rows = 0 if counted is None else int(counted[0])
+                fired, history = (None, None) if metrics is None or not rows else _alerts_with_history(
+                    spark, metrics, cfg, tuple(counted[1:]) if alerts_span and counted is not None else None,
+                    previous)
                 outputs = {} if metrics is None or not rows else _metrics_outputs(
-                    spark, cfg, metrics, batch_id, files_for(rows), client_windows,
-                    tuple(counted[1:]) if alerts_span and counted is not None else None)
+                    spark, cfg, metrics, batch_id, files_for(rows), client_windows, fired)
+                alert_rows, alert_rows_for = _next_alert_rows(spark, cfg, history, previous,
+                                                              step.state.final_before_s)
+                state = replace(step.state, alert_rows=alert_rows, alert_rows_for=alert_rows_for)
                 may_terminate = not client_windows or bool(step.also and step.also[0])
                 outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows,
                                                                may_terminate)
@@ -501,7 +553,7 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                 # this batch loads the one before (StateStore.load), whether or not this attempt saved its own.
                 # One after the other, the save added ~0.5 s to a warm micro-batch of 1M points.
                 _write_once(spark, store, batch_id, outputs,
-                            alongside={"state": lambda: store.save(batch_id, step.state)})
+                            alongside={"state": lambda: store.save(batch_id, state)})
             finally:
                 if metrics is not None:
                     metrics.unpersist()

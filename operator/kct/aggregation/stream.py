@@ -9,6 +9,10 @@ batch transforms over the points of the windows it finalizes, and carries a smal
               next window's delta is taken against it: exact across windows, micro-batches and restarts
     max_time  the newest point time seen (event time); windows ending `watermarkSeconds` before it are final
     final_before  windows starting before it were finalized; a point for one of them is late and dropped
+    alert_rows    the client_metrics rows of the alert rules' metrics over the rules' look-back (the longest
+              `forSeconds` + two windows), so a breach run that began in earlier micro-batches is seen
+              without reading the table back (kct.aggregation.job keeps them; `alert_rows_for` says for
+              which metrics and look-back, None where they are not kept)
 
 With ClientWindows (`advance_records`, kct.aggregation.client_windows) the micro-batches are records, not
 points, and `pending` holds the *records* with a point in a window not final yet (each record's point time
@@ -37,7 +41,7 @@ from pyspark.sql.types import StructType
 
 from kct.aggregation.transforms import client_metrics_and_last, sorted_points_of
 
-__all__ = ["Advance", "StateStore", "StreamState", "advance", "advance_records", "time_bound"]
+__all__ = ["Advance", "AlertRowsFor", "StateStore", "StreamState", "advance", "advance_records", "time_bound"]
 
 _NS = 1_000_000_000
 
@@ -70,6 +74,17 @@ class StreamState:
     max_time_ns: int | None = None
     final_before_s: int | None = None
     records: bool = False  # pending holds records (advance_records), not points (advance)
+    alert_rows: DataFrame | None = None
+    alert_rows_for: AlertRowsFor | None = None
+
+
+@dataclass(frozen=True)
+class AlertRowsFor:
+    """What a state's alert rows cover: the rules' metrics, and windows starting from `since_s` on (the
+    windows finalized later always start after it). `alert_rows` None with this set: there were none."""
+
+    metrics: tuple[str, ...]
+    since_s: int
 
 
 @dataclass(frozen=True)
@@ -188,7 +203,7 @@ def advance_records(state: StreamState, records: DataFrame, *, window_seconds: i
 
 class StateStore:
     """StreamState per micro-batch id under `root` (any Hadoop file system the checkpoint is on):
-    `<root>/<batch id>/{pending,last}` as Parquet plus `meta.json`, written under a temporary name and
+    `<root>/<batch id>/{pending,last,alert_rows}` as Parquet plus `meta.json`, written under a temporary name and
     renamed, so a state is there whole or not at all; `<root>/outputs/<batch id>/<output>` marks an output
     (table, topic) a batch wrote. The two newest states are kept."""
 
@@ -228,10 +243,13 @@ class StateStore:
             frame: DataFrame = reader.parquet(f"{base}/{part}")
             return frame
 
+        kept = meta.get("alertRowsFor")  # states saved before alert rows were kept have none
         return StreamState(
             pending=read("pending"),
             last=read("last"),
             max_time_ns=meta["maxTimeNs"], final_before_s=meta["finalBeforeS"], records=meta.get("records", False),
+            alert_rows=read("alert_rows") if meta.get("alert_rows") else None,
+            alert_rows_for=None if kept is None else AlertRowsFor(tuple(kept["metrics"]), int(kept["sinceS"])),
         )
 
     def holds_pending_points(self) -> bool:
@@ -256,15 +274,16 @@ class StateStore:
         final = self._Path(f"{self._root}/{batch_id}")
         staging = f"{self._root}/_staging-{batch_id}"
         self._fs.delete(self._Path(staging), True)
+        parts = {"pending": state.pending, "last": state.last, "alert_rows": state.alert_rows}
+        kept = state.alert_rows_for
         meta = {"maxTimeNs": state.max_time_ns, "finalBeforeS": state.final_before_s,
-                "pending": state.pending is not None, "last": state.last is not None,
+                **{part: df is not None for part, df in parts.items()},
                 "records": state.records,
-                "schemas": {part: df.schema.jsonValue() for part, df in
-                            (("pending", state.pending), ("last", state.last)) if df is not None}}
-        if state.pending is not None:
-            state.pending.write.mode("overwrite").parquet(f"{staging}/pending")
-        if state.last is not None:
-            state.last.write.mode("overwrite").parquet(f"{staging}/last")
+                "alertRowsFor": None if kept is None else {"metrics": list(kept.metrics), "sinceS": kept.since_s},
+                "schemas": {part: df.schema.jsonValue() for part, df in parts.items() if df is not None}}
+        for part, df in parts.items():
+            if df is not None:
+                df.write.mode("overwrite").parquet(f"{staging}/{part}")
         out = self._fs.create(self._Path(f"{staging}/meta.json"), True)
         try:
             out.write(json.dumps(meta).encode())

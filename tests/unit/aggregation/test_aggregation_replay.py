@@ -117,14 +117,22 @@ def test_a_staged_append_moves_each_file_once_across_attempts(spark: Any, tmp_pa
     assert spark.read.parquet(str(table)).count() == 31
 
 
-def test_a_breach_run_across_midnight_reads_the_previous_date_and_not_older_ones(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [True, False], ids=["rows kept in the state", "state from before: the table"])
+def test_a_breach_run_across_midnight_is_seen_from_the_kept_rows_or_the_previous_date_and_not_older_ones(
+        spark: Any, tmp_path: Path, kept: bool) -> None:
     """Given a rule (queue time max > 5000 for more than 120 s) breached from 23:57 on, micro-batch 0 holding
     the windows before midnight and micro-batch 1 those after it, and an old date partition of client_metrics
-    that is not Parquet at all,
+    that is not Parquet at all; and either batch 0's state as saved (it keeps the rule metric's rows of the
+    look-back), with a file that is not Parquet put in batch 0's date partition after it ran, or batch 0's
+    state as a version before kept it (no alert rows in it),
     When both micro-batches run,
-    Then batch 1's alerts date the run from 23:57 (the previous date's partition was read for the history)
-    and nothing failed on the old partition (only the dates the rule's look-back reaches are read)."""
+    Then batch 1's alerts date the run from 23:57: from the state's rows, the table not read at all; or from
+    the previous date's partition of the table; and nothing failed on the old partition (only the dates the
+    rule's look-back reaches are read). Batch 1's state keeps the rows its successor's look-back reaches."""
     import datetime as dt
+    import json
+
+    from pyspark.sql import functions as F
 
     from kct.aggregation.config import ThresholdRule
 
@@ -136,12 +144,49 @@ def test_a_breach_run_across_midnight_reads_the_previous_date_and_not_older_ones
     # T0 is 2023-11-14 22:14:00 UTC: t = 6360 s is midnight.
     write = job._metrics_batch_writer(spark, cfg)
     write(points_df(spark, [point(QTIME, t, 7000.0) for t in (6200, 6230, 6290, 6350)]), 0)
+    state = Path(cfg.checkpoint_dir()) / "client_metrics_state"
+    meta = json.loads((state / "0" / "meta.json").read_text())
+    assert meta["alert_rows"] and meta["alertRowsFor"]["metrics"] == [QTIME]
+    if kept:
+        junk = tmp_path / "out" / "client_metrics" / "date=2023-11-14" / "part-99999-junk.parquet"
+        junk.write_bytes(b"not parquet")
+    else:
+        del meta["alert_rows"], meta["alertRowsFor"]
+        (state / "0" / "meta.json").write_text(json.dumps(meta))
+        (state / "0" / ".meta.json.crc").unlink()  # Hadoop's local file system checks a file against it
     write(points_df(spark, [point(QTIME, t, 7000.0) for t in (6370, 6430, 6490)]), 1)
+    after_meta = json.loads((state / "1" / "meta.json").read_text())
+    assert after_meta["alertRowsFor"] == {"metrics": [QTIME], "sinceS": after_meta["finalBeforeS"] - 120 - 2 * 60}
+    kept_rows = spark.read.parquet(str(state / "1" / "alert_rows"))
+    assert kept_rows.count() and not kept_rows.where(
+        F.unix_seconds("window_start") < after_meta["alertRowsFor"]["sinceS"]).count()
+    if kept:
+        junk.unlink()  # the alerts table and client_metrics are read below
     fired = rows(spark, cfg, "alerts")
     after = [a for a in fired if a.window_start >= dt.datetime(2023, 11, 15)]
     assert {a.window_start.isoformat() for a in after} == {"2023-11-15T00:00:00", "2023-11-15T00:01:00"}
     assert {a.breach_started_at.isoformat() for a in fired} == {"2023-11-14T23:57:00"}
     assert {a.date for a in after} == {dt.date(2023, 11, 15)}
+
+
+def test_kept_alert_rows_serve_only_the_rules_and_look_back_they_were_kept_for() -> None:
+    """Given a state whose alert rows hold the queue-time metric from t = 1000 s on, and a rule on it looking
+    back 240 s (120 s + two 60 s windows),
+    Then they serve a micro-batch whose first window starts at 1240 s or later, not one at 1239 s (its look-back
+    reaches before them), nor a rule on another metric, nor a state that kept none."""
+    from kct.aggregation.config import ThresholdRule
+    from kct.aggregation.stream import AlertRowsFor, StreamState
+
+    rule = ThresholdRule(name="queue", metric=QTIME, field="max", op=">", threshold=5000, for_seconds=120)
+    cfg = config(Path("/unused")).model_copy(update={"rules": (rule,)})
+    kept = StreamState(alert_rows_for=AlertRowsFor((QTIME,), since_s=1000))
+    assert job._kept_alert_rows(cfg, kept, 1240 * 1_000_000)
+    assert job._kept_alert_rows(cfg, kept, 5000 * 1_000_000)
+    assert not job._kept_alert_rows(cfg, kept, 1239 * 1_000_000)
+    other = cfg.model_copy(update={"rules": (rule, rule.model_copy(update={"name": "rtt", "metric": "rtt"}))})
+    assert not job._kept_alert_rows(other, kept, 5000 * 1_000_000)
+    assert not job._kept_alert_rows(cfg, StreamState(), 5000 * 1_000_000)
+    assert not job._kept_alert_rows(cfg, None, 5000 * 1_000_000)
 
 
 def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(spark: Any, tmp_path: Path) -> None:
