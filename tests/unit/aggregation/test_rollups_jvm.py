@@ -242,6 +242,23 @@ def test_jvm_rollups_honour_the_dimensions_given(jvm: Any) -> None:
     assert {r["dimension"] for r in mine.select("dimension").distinct().collect()} == set(dims)
 
 
+def test_jvm_rollups_read_columns_of_other_types_as_the_types_they_take(jvm: Any) -> None:
+    """Given client_metrics read back as Spark infers the table's folders (`date` a date, not a string) and
+    counts as ints, not cached (so read through the select), and the same frame cached,
+    When rolled up on the JVM,
+    Then the rows are those of the same client_metrics with `date` a string (it is cast, not read as a string
+    where it holds an int: that read garbage, and copied ~GBs of it into the groups' keys)."""
+    rows = _client_metrics(seed=5, instances=4, windows=2)
+    typed = _frame(jvm, rows).withColumn("date", F.to_date("date")).withColumn("points", F.col("points").cast("int"))
+    cached = typed.persist()
+    try:
+        for frame in (typed, cached):
+            assert not _reads_cached_rows(frame)
+            assert assert_same_rollups(rollups_on_jvm(frame), rollups(_frame(jvm, rows))) > 100
+    finally:
+        cached.unpersist()
+
+
 def test_jvm_rollups_of_no_rows_are_no_rows(jvm: Any) -> None:
     """Given no client_metrics rows, When rolled up on the JVM, Then no rows, with the SQL path's schema."""
     empty = jvm.createDataFrame([], CM_DDL)

@@ -91,13 +91,16 @@ public final class Rollups {
     return input.sparkSession().internalCreateDataFrame(rows, schema(spec), false);
   }
 
-  /** The columns Merge reads, in INPUT order then the dimension columns, cast as the SQL sums them. */
+  /**
+   * The columns Merge reads, in INPUT order then the dimension columns, each cast to the type Merge reads it as:
+   * the counts to bigint as the SQL sums them, and a column of another type to its string (a {@code date} read
+   * back from the table's folders is a date, unless partition types are not inferred), never read as another.
+   */
   private static org.apache.spark.sql.classic.Dataset<Row> selected(
       org.apache.spark.sql.classic.Dataset<Row> clientMetrics, Spec spec) {
     List<Column> columns = new ArrayList<>();
-    for (String name : INPUT) {
-      Column c = functions.col(name);
-      columns.add(COUNTS.contains(name) ? c.cast("bigint") : c);
+    for (int i = 0; i < INPUT.length; i++) {
+      columns.add(functions.col(INPUT[i]).cast(READ_AS[i]));
     }
     for (String name : spec.columns) {
       columns.add(functions.col(name).cast("string"));
