@@ -39,7 +39,7 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	$(VENV)/bin/mypy --strict dev/spark-deps/install.py
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
-	MYPYPATH=dev/demo:dev/stack:operator $(VENV)/bin/mypy --strict dev/demo bench/run_all.py
+	MYPYPATH=dev/demo:dev/stack:operator $(VENV)/bin/mypy --strict dev/demo bench/*.py
 	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 

@@ -46,7 +46,7 @@ def records_df(spark: Any, pushes: int, clients: int, partitions: int) -> Any:
     begin = (time.time_ns() // (60 * S)) * 60 * S - rounds * 10 * S
     fleet = [SyntheticClient(f"bench-{i % 50}", started_ns=begin - S, seed=i + 1, partitions=partitions)
              for i in range(clients)]
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for k in range(rounds):
         for c in fleet:
             rec = c.push(begin + k * 10 * S)

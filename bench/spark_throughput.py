@@ -58,7 +58,7 @@ class TopicFiller:
 
     def __init__(self, bootstrap: str, clients: int, partitions: int, rounds: int, interval_s: int = 10) -> None:
         from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         from kct.aggregation.synthetic import SyntheticClient
 
@@ -81,7 +81,8 @@ class TopicFiller:
             at = self._begin + self._round * self._interval_ns
             for client in self._fleet:
                 rec = client.push(at)
-                self._producer.produce(self.topic, key=rec.key, value=rec.value, headers=rec.headers)
+                headers: list[tuple[str, str | bytes | None]] = list(rec.headers)
+                self._producer.produce(self.topic, key=rec.key, value=rec.value, headers=headers)
                 self._producer.poll(0)
                 sent += 1
             self._round += 1

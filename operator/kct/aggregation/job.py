@@ -347,6 +347,11 @@ def _alerts_horizon(cfg: AggregationConfig) -> int:
     return max(r.for_seconds for r in cfg.rules) + 2 * cfg.window.size_seconds
 
 
+def _rule_metrics(cfg: AggregationConfig) -> tuple[str, ...]:
+    """The metrics the rules watch, sorted, each once: the only client_metrics rows alerts read."""
+    return tuple(sorted({r.metric for r in cfg.rules}))
+
+
 def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig, span: tuple[Any, ...] | None = None,
                          kept: StreamState | None = None) -> tuple[Any, Any]:
     """Alerts for this micro-batch's windows, and the rows of the rules' look-back for the next micro-batch's
@@ -367,7 +372,7 @@ def _alerts_with_history(spark: Any, batch: Any, cfg: AggregationConfig, span: t
 
     if not cfg.rules:
         return None, None
-    metrics = sorted({r.metric for r in cfg.rules})
+    metrics = list(_rule_metrics(cfg))  # isin unpacks a list, not a tuple
     first_us, since, until = span if span is not None else batch.agg(*_alerts_span(cfg)).first()
     if first_us is None:
         return None, None
@@ -399,7 +404,7 @@ def _kept_alert_rows(cfg: AggregationConfig, kept: StreamState | None, first_us:
     if kept is None or kept.alert_rows_for is None:
         return False
     covered = kept.alert_rows_for
-    return ({r.metric for r in cfg.rules} <= set(covered.metrics)
+    return (set(_rule_metrics(cfg)) <= set(covered.metrics)
             and first_us - _alerts_horizon(cfg) * 1_000_000 >= covered.since_s * 1_000_000)
 
 
@@ -418,7 +423,7 @@ def _next_alert_rows(spark: Any, cfg: AggregationConfig, history: Any, previous:
         return previous.alert_rows, previous.alert_rows_for
     since_s = final_before_s - _alerts_horizon(cfg)
     rows = history.where(F.unix_micros("window_start") >= time_bound(spark, since_s * 1_000_000))
-    return rows, AlertRowsFor(tuple(sorted({r.metric for r in cfg.rules})), since_s)
+    return rows, AlertRowsFor(_rule_metrics(cfg), since_s)
 
 
 def _date_partitions(spark: Any, table: str, since: str, until: str) -> list[str]:
