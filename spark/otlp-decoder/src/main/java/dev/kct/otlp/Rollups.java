@@ -34,7 +34,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * rows into partial aggregates per (window, dimension value, metric, unit, type, temporality, attributes_key,
  * bucket bounds) in a Java hash map, once per dimension; the partial rows are repartitioned by a hash of that
  * key, and each partition merges them again and finishes them (averages, quantiles). Rows go in and out as
- * Spark's InternalRow.
+ * Spark's InternalRow. Both merges key their groups by numbers ({@link Interned}), the hash by content.
  *
  * <p>Semantics as the SQL: sums of all-null inputs are null, {@code instances} counts rows, {@code value_avg}
  * is the mean of the non-null {@code value_avg}s, min/max order doubles as Spark (NaN largest), bucket counts
@@ -302,24 +302,32 @@ public final class Rollups {
     @Override
     public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
       HashMap<Key, Acc> groups = new HashMap<>();
+      Interned interned = new Interned();
       Measures measures = new Measures(); // one row's at a time
+      int[] at = layout == null ? PARTIAL_KEY : layout.key;
       while (rows.hasNext()) {
         InternalRow r = rows.next();
+        long ws = r.isNullAt(at[0]) ? Long.MIN_VALUE : r.getLong(at[0]);
+        long we = r.isNullAt(at[1]) ? Long.MIN_VALUE : r.getLong(at[1]);
+        UTF8String[] strings = new UTF8String[6];
+        for (int i = 0; i < 6; i++) {
+          strings[i] = r.isNullAt(at[2 + i]) ? null : r.getUTF8String(at[2 + i]);
+        }
+        // The series and the measures are read once for every dimension's group the row adds to.
+        Strings series = interned.of(strings, r.isNullAt(at[8]) ? null : r.getArray(at[8]));
         if (layout == null) {
-          accumulate(groups, Key.of(Series.of(r, PARTIAL_KEY), r.getInt(4), strings(r.getArray(5))),
+          accumulate(groups, new Key(ws, we, r.getInt(4), series, interned.of(strings(r.getArray(5)), null)),
               measures.read(r, Acc.PARTIAL, Acc.NO_INTS));
           continue;
         }
-        // The series and the measures are read once for every dimension's group the row adds to.
-        Series series = Series.of(r, layout.key);
         measures.read(r, layout.measures, layout.ints);
         for (int d = 0; d < layout.dimensions.length; d++) {
-          int[] at = layout.dimensions[d];
-          UTF8String[] values = new UTF8String[at.length];
+          int[] columns = layout.dimensions[d];
+          UTF8String[] values = new UTF8String[columns.length];
           for (int i = 0; i < values.length; i++) {
-            values[i] = r.isNullAt(at[i]) ? null : r.getUTF8String(at[i]);
+            values[i] = r.isNullAt(columns[i]) ? null : r.getUTF8String(columns[i]);
           }
-          accumulate(groups, Key.of(series, d, values), measures);
+          accumulate(groups, new Key(ws, we, d, series, interned.of(values, null)), measures);
         }
       }
       List<InternalRow> out = new ArrayList<>(groups.size());
@@ -333,7 +341,7 @@ public final class Rollups {
       Acc acc = groups.get(key);
       if (acc == null) {
         acc = new Acc();
-        groups.put(key.copy(), acc);
+        groups.put(key, acc);
       }
       acc.add(measures);
     }
@@ -347,39 +355,63 @@ public final class Rollups {
     return out;
   }
 
-  private static UTF8String copy(UTF8String s) {
-    return s == null ? null : s.copy();
+  /**
+   * A partition's distinct series (a key's strings [date, metric, unit, type, temporality, attributes_key] and
+   * bucket bounds) and dimension values, each copied once and numbered. A group's key then holds numbers and
+   * compares them: a lookup among ~10^5 groups no longer follows a key's eight strings through memory (~1 us a
+   * lookup, most of the merge), and a group costs no copy of its strings. A partition holds a few hundred
+   * series and values (the client instances are not in them), so these lookups stay in the CPU's caches.
+   */
+  static final class Interned {
+    private final HashMap<Strings, Strings> seen = new HashMap<>();
+
+    /** The kept copy of these strings (and bounds); they may point into a reused row. */
+    Strings of(UTF8String[] strings, ArrayData bounds) {
+      Strings probe = new Strings(strings, bounds, -1);
+      Strings kept = seen.get(probe);
+      if (kept == null) {
+        kept = probe.copy(seen.size());
+        seen.put(kept, kept);
+      }
+      return kept;
+    }
   }
 
-  /** A row's key columns but the dimension's: [ws, we], [date, metric, unit, type, temporality,
-   * attributes_key], bounds, and their hash. */
-  static final class Series {
-    final long ws;
-    final long we;
+  /** Strings, nulls among them, and bounds (null for a dimension's values), by content; {@code id}: its number. */
+  static final class Strings {
     final UTF8String[] strings;
     final ArrayData bounds;
     final int hash;
+    final int id;
 
-    private Series(long ws, long we, UTF8String[] strings, ArrayData bounds) {
-      this.ws = ws;
-      this.we = we;
+    Strings(UTF8String[] strings, ArrayData bounds, int id) {
       this.strings = strings;
       this.bounds = bounds;
-      this.hash = 31 * (31 * Long.hashCode(ws) + Long.hashCode(we)) + 31 * Arrays.hashCode(strings)
-          + Key.boundsHash(bounds);
+      this.hash = 31 * Arrays.hashCode(strings) + Key.boundsHash(bounds);
+      this.id = id;
     }
 
-    static Series of(InternalRow r, int[] at) {
-      UTF8String[] strings = new UTF8String[6];
-      for (int i = 0; i < 6; i++) {
-        strings[i] = r.isNullAt(at[2 + i]) ? null : r.getUTF8String(at[2 + i]);
+    Strings copy(int number) {
+      UTF8String[] s = new UTF8String[strings.length];
+      for (int i = 0; i < s.length; i++) {
+        s[i] = strings[i] == null ? null : strings[i].copy();
       }
-      return new Series(r.isNullAt(at[0]) ? Long.MIN_VALUE : r.getLong(at[0]),
-          r.isNullAt(at[1]) ? Long.MIN_VALUE : r.getLong(at[1]), strings, r.isNullAt(at[8]) ? null : r.getArray(at[8]));
+      return new Strings(s, bounds == null ? null : bounds.copy(), number);
+    }
+
+    @Override
+    public int hashCode() {
+      return hash;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof Strings t && hash == t.hash && Arrays.equals(strings, t.strings)
+          && Key.boundsEqual(bounds, t.bounds);
     }
   }
 
-  /** The group key; its strings and bounds may point into a reused row until {@link #copy}. */
+  /** The group key: the window, the dimension, the series and the dimension's values (kept copies, by number). */
   static final class Key {
     final long ws;
     final long we;
@@ -388,21 +420,22 @@ public final class Rollups {
     final UTF8String[] values; // the dimension's column values
     final ArrayData bounds;
     final int hash;
+    private final int seriesId;
+    private final int valuesId;
 
-    private Key(long ws, long we, int dim, UTF8String[] strings, UTF8String[] values, ArrayData bounds, int hash) {
+    Key(long ws, long we, int dim, Strings series, Strings values) {
       this.ws = ws;
       this.we = we;
       this.dim = dim;
-      this.strings = strings;
-      this.values = values;
-      this.bounds = bounds;
-      this.hash = hash;
-    }
-
-    /** The key of a series in a dimension; shares the series' strings and bounds (read-only). */
-    static Key of(Series s, int dim, UTF8String[] values) {
-      int hash = mix(31 * (31 * s.hash + dim) + Arrays.hashCode(values));
-      return new Key(s.ws, s.we, dim, s.strings, values, s.bounds, hash);
+      this.strings = series.strings;
+      this.values = values.strings;
+      this.bounds = series.bounds;
+      this.seriesId = series.id;
+      this.valuesId = values.id;
+      // By content, not by the numbers (which differ from partition to partition): the shuffle sends a key's
+      // partials from every partition to one by this hash.
+      this.hash = mix(31 * (31 * (31 * (31 * Long.hashCode(ws) + Long.hashCode(we)) + series.hash) + dim)
+          + values.hash);
     }
 
     /** Murmur3's finalizer: every bit of the sum of hashes spread over the low bits HashMap's bins use. */
@@ -412,18 +445,6 @@ public final class Rollups {
       h ^= h >>> 13;
       h *= 0xc2b2ae35;
       return h ^ (h >>> 16);
-    }
-
-    Key copy() {
-      UTF8String[] s = new UTF8String[strings.length];
-      for (int i = 0; i < s.length; i++) {
-        s[i] = Rollups.copy(strings[i]);
-      }
-      UTF8String[] v = new UTF8String[values.length];
-      for (int i = 0; i < v.length; i++) {
-        v[i] = Rollups.copy(values[i]);
-      }
-      return new Key(ws, we, dim, s, v, bounds == null ? null : bounds.copy(), hash);
     }
 
     /** The bounds' hash by their bits (NaN as one value, -0.0 not 0.0: as their strings, which the SQL groups). */
@@ -438,7 +459,7 @@ public final class Rollups {
       return h;
     }
 
-    private static boolean boundsEqual(ArrayData a, ArrayData b) {
+    static boolean boundsEqual(ArrayData a, ArrayData b) {
       if (a == null || b == null) {
         return a == b;
       }
@@ -468,8 +489,8 @@ public final class Rollups {
         return false;
       }
       Key k = (Key) o;
-      return hash == k.hash && ws == k.ws && we == k.we && dim == k.dim && Arrays.equals(strings, k.strings)
-          && Arrays.equals(values, k.values) && boundsEqual(bounds, k.bounds);
+      return hash == k.hash && ws == k.ws && we == k.we && dim == k.dim && seriesId == k.seriesId
+          && valuesId == k.valuesId;
     }
   }
 
