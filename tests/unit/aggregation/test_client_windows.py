@@ -182,6 +182,41 @@ def test_client_windows_window_size_and_lookback_are_honoured(jvm: Any) -> None:
     assert jvm_rows == sql_rows
 
 
+def test_each_window_carries_its_own_last_attributes_and_resource_in_their_order(jvm: Any) -> None:
+    """Given one gauge series over five windows whose points carry maps with one attributes key but other
+    entries ("a" = "1,b=2" reads like a=1 and b=2), the same entries in another order, and the first map again,
+    and pushes whose resources differ in the same ways,
+    When ClientWindows aggregates them (it converts a window's maps only when they differ from the previous
+    window's, entry for entry and in order),
+    Then every row holds its window's last point's attributes and resource, entries in their order, as the
+    SQL path's rows hold them."""
+    spark = jvm
+    one_key = [{"a": "1,b=2"}, {"a": "1", "b": "2"}, {"b": "2", "a": "1"}, {"a": "1", "b": "2"}, {"a": "1,b=2"}]
+    resources = [{"service.name": "x", "zone": "1"}, {"zone": "1", "service.name": "x"},
+                 {"zone": "1", "service.name": "x"}, {"service.name": "x,zone=1"}, {"service.name": "x", "zone": "1"}]
+    rows = []
+    for w, (attributes, resource) in enumerate(zip(one_key, resources, strict=True)):
+        value = build_request(resource, [{"name": "g", "type": "gauge", "points": [
+            {"time": T0 + (60 * w + 5) * S, "value": float(w), "attributes": attributes}]}])
+        rows.append(_record(w, value, b"one-client", [(L.CLIENT_INSTANCE_ID.name, b"one-client")]))
+    raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).persist()
+    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
+                                            "parquet": {"path": "/unused"}})
+    sql = aggregate_client_metrics(decode_records(raw, cfg), window_seconds=60, lookback_windows=LOOKBACK)
+    jvm_df = client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK)
+
+    def maps(df: Any) -> list[tuple[Any, ...]]:
+        # As entry arrays: collect() hands maps over as hash maps, in no order.
+        entries = df.orderBy("window_start").selectExpr(
+            "map_entries(attributes) AS a", "map_entries(resource_attributes) AS r", "attributes_key").collect()
+        return [([tuple(e) for e in row.a], [tuple(e) for e in row.r], row.attributes_key) for row in entries]
+
+    mine = maps(jvm_df)
+    raw.unpersist()
+    assert mine == [(list(a.items()), list(r.items()), "a=1,b=2") for a, r in zip(one_key, resources, strict=True)]
+    assert mine == maps(sql)
+
+
 def test_client_windows_dates_follow_the_session_time_zone_across_local_midnight(jvm: Any) -> None:
     """Given the synthetic producers (22:14-22:26 UTC) and a session time zone of +01:45, whose midnight falls
     at 22:15 UTC, When both paths aggregate, Then their rows agree, `date` included, and hold both local dates

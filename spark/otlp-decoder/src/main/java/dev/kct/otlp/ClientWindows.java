@@ -30,11 +30,13 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.util.ArrayBasedMapData;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -293,6 +295,7 @@ public final class ClientWindows {
     public Iterator<InternalRow> call(Iterator<InternalRow> records) {
       return new Iterator<>() {
         private final ArrayDeque<InternalRow> ready = new ArrayDeque<>();
+        private final StringMaps maps = new StringMaps();
         private InternalRow pending; // the first record of the next client, read ahead
 
         @Override
@@ -328,7 +331,7 @@ public final class ClientWindows {
           }
           List<InternalRow> out = new ArrayList<>();
           for (Series series : client.series()) {
-            series.emit(instance, spec, out);
+            series.emit(instance, spec, maps, out);
           }
           ready.addAll(out);
         }
@@ -365,16 +368,16 @@ public final class ClientWindows {
   static final class Push {
     final UTF8String[] labels;
     final Map<String, String> resource;
-    private MapData resourceData; // converted once, for the first row that needs it
+    private MapData resourceData; // converted once, for the first row that needs it, then copied as bytes
 
     Push(UTF8String[] labels, Map<String, String> resource) {
       this.labels = labels;
       this.resource = resource;
     }
 
-    MapData resourceData() {
+    MapData resourceData(StringMaps maps) {
       if (resourceData == null) {
-        resourceData = mapData(resource);
+        resourceData = maps.of(resource);
       }
       return resourceData;
     }
@@ -390,6 +393,21 @@ public final class ClientWindows {
       i++;
     }
     return new ArrayBasedMapData(new GenericArrayData(keys), new GenericArrayData(values));
+  }
+
+  /**
+   * Maps of strings as Spark's UnsafeMapData, which the projection into UnsafeRows (RDDScanExec's, for the
+   * cache) copies as one block of bytes; a generic map it writes entry by entry, string by string, in every
+   * row: a push's resource attributes are in ~20 rows, a series' attributes in each of its windows.
+   * Not thread-safe (its projection reuses its buffer): one per task.
+   */
+  static final class StringMaps {
+    private final UnsafeProjection project =
+        UnsafeProjection.create(new DataType[] {DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType)});
+
+    MapData of(Map<String, String> map) {
+      return project.apply(new GenericInternalRow(new Object[] {mapData(map)})).getMap(0).copy();
+    }
   }
 
   private static UTF8String utf8(String s) {
@@ -583,6 +601,8 @@ public final class ClientWindows {
     Object[] seed = new Object[8]; // the previous row, for points that are a stream's state (not counted)
     Object[] buckets;
     Object[] bounds;
+    private Map<String, String> attributesSource; // the attributes last converted, and their conversion
+    private MapData attributesData;
 
     Series(MetricKey key, String attributesKey) {
       this.key = key;
@@ -620,6 +640,38 @@ public final class ClientWindows {
       start[i] = startNanos;
       time[i] = timeNanos;
       return i;
+    }
+
+    /**
+     * A window's attributes (its last point's) as an UnsafeMapData: the previous window's when equal entry
+     * for entry, in order (a series' points share its attributes key, but a client may reorder them, and a
+     * key does not tell every map apart: a value may hold "," or "=").
+     */
+    MapData attributesData(Map<String, String> attributes, StringMaps maps) {
+      if (attributesSource == null || !sameEntriesInOrder(attributes, attributesSource)) {
+        attributesData = maps.of(attributes);
+        attributesSource = attributes;
+      }
+      return attributesData;
+    }
+
+    private static boolean sameEntriesInOrder(Map<String, String> a, Map<String, String> b) {
+      if (a == b) {
+        return true;
+      }
+      if (a.size() != b.size()) {
+        return false;
+      }
+      Iterator<Map.Entry<String, String>> x = a.entrySet().iterator();
+      Iterator<Map.Entry<String, String>> y = b.entrySet().iterator();
+      while (x.hasNext()) {
+        Map.Entry<String, String> e = x.next();
+        Map.Entry<String, String> f = y.next();
+        if (!e.getKey().equals(f.getKey()) || !Objects.equals(e.getValue(), f.getValue())) {
+          return false;
+        }
+      }
+      return true;
     }
 
     /** The SQL path's order of a series' points: time (hence window), start, value, count, sum; nulls first. */
@@ -668,7 +720,7 @@ public final class ClientWindows {
       return order;
     }
 
-    void emit(UTF8String instance, Spec spec, List<InternalRow> out) {
+    void emit(UTF8String instance, Spec spec, StringMaps maps, List<InternalRow> out) {
       long size = spec.size;
       int lookback = spec.lookback;
       long sizeNanos = size * 1_000_000_000L;
@@ -686,7 +738,7 @@ public final class ClientWindows {
         }
         if (w == null || w.ws != ws) {
           if (w != null) {
-            out.add(w.row(instance, spec));
+            out.add(w.row(instance, spec, maps));
           }
           w = new Window(this, ws);
         }
@@ -695,7 +747,7 @@ public final class ClientWindows {
         prev = j;
       }
       if (w != null) {
-        out.add(w.row(instance, spec));
+        out.add(w.row(instance, spec, maps));
       }
       boolean cumulative = "cumulative".equals(key.temporality()) && (histogram || key.type().equals("sum"));
       if (spec.withLast && cumulative && n > 0) {
@@ -855,7 +907,7 @@ public final class ClientWindows {
       return out;
     }
 
-    InternalRow row(UTF8String instance, Spec spec) {
+    InternalRow row(UTF8String instance, Spec spec, StringMaps maps) {
       String type = s.key.type();
       boolean isSum = type.equals("sum");
       boolean snapshot = type.equals("exponential_histogram") || type.equals("summary");
@@ -871,7 +923,7 @@ public final class ClientWindows {
       for (int i = 1; i <= spec.labelCount; i++) {
         v[k++] = push == null ? null : push.labels[i];
       }
-      v[k++] = push == null ? null : push.resourceData();
+      v[k++] = push == null ? null : push.resourceData(maps);
       v[k++] = utf8(s.key.metric());
       v[k++] = push == null ? null : utf8((String) s.unit[last]);
       v[k++] = utf8(type);
@@ -879,7 +931,7 @@ public final class ClientWindows {
       v[k++] = s.key.monotonic();
       @SuppressWarnings("unchecked")
       Map<String, String> attributes = (Map<String, String>) s.attrs[last];
-      v[k++] = push == null ? null : mapData(attributes);
+      v[k++] = push == null ? null : s.attributesData(attributes, maps);
       v[k++] = utf8(s.attributesKey);
       v[k++] = points;
       v[k++] = lastTimeMicros;
