@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +239,94 @@ def test_client_windows_dates_follow_the_session_time_zone_across_local_midnight
     at = CLIENT_METRICS_COLUMNS.index("date")
     assert {r[at] for r in sql_rows} == {"2023-11-14", "2023-11-15"}
     assert jvm_rows == sql_rows
+
+
+def _odd_names(k: int) -> tuple[Any, ...]:
+    """A client whose metric names sort one way by their UTF-16 units (Java's String order) and the other way
+    by their UTF-8 bytes (Spark's): U+FF61 (EF BD A1) is below U+1F600 (F0 9F 98 80) in UTF-8, above its
+    surrogates (D83D) in UTF-16; pushed at the synthetic producers' times, across their local midnight."""
+    t = T0 + (k * 50 + 7) * S
+    value = build_request({}, [{"name": name, "type": "gauge", "points": [{"time": t, "value": float(k)}]}
+                               for name in ("\U0001f600.gauge", "\uff61.gauge", "a.gauge")])
+    return _record(1000 + k, value, b"odd-names", [(L.CLIENT_INSTANCE_ID.name, b"odd-names")])
+
+
+def _order_in_partitions(df: Any) -> list[list[tuple[Any, ...]]]:
+    """Each partition's rows as ClientWindows hands them on: (kind, date, metric's UTF-8 bytes, window start,
+    instance id), in that order (monotonically_increasing_id counts rows in a partition in iteration order)."""
+    kind = "_kind" if "_kind" in df.columns else "0"
+    rows = df.selectExpr("spark_partition_id() AS part", "monotonically_increasing_id() AS at",
+                         f"{kind} AS kind", "date", "metric", "window_start", "client_instance_id").collect()
+    parts: dict[int, list[Any]] = {}
+    for r in sorted(rows, key=lambda r: r.at):
+        parts.setdefault(r.part, []).append(
+            (r.kind, r.date, (r.metric or "").encode(), r.window_start, r.client_instance_id))
+    return list(parts.values())
+
+
+def test_each_partition_comes_in_the_tables_order(jvm: Any) -> None:
+    """Given the synthetic producers over a local midnight (session time zone +01:45) and a client whose
+    metric names sort differently by UTF-16 units and by UTF-8 bytes,
+    When ClientWindows aggregates them, in batch and as a stream's micro-batch (with each series' newest point),
+    Then each partition's client_metrics rows come in the order the tables are written in (date, metric by its
+    UTF-8 bytes, window start): the write's sort then merges a few runs instead of sorting rows of clients;
+    a micro-batch's newest points come after them."""
+    spark = jvm
+    rows = [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())]
+    rows += [_odd_names(k) for k in range(14)]
+    raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).repartition(2).persist()
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "+01:45")
+    try:
+        batch = _order_in_partitions(client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK))
+        stream = _order_in_partitions(client_metrics_and_last_rows(raw, window_seconds=60, lookback_windows=LOOKBACK))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        raw.unpersist()
+    for parts in (batch, stream):
+        assert sum(len(p) for p in parts) > 500
+        for part in parts:
+            metrics = [r[1:4] for r in part if r[0] == 0]
+            assert metrics == sorted(metrics)
+            kinds = [r[0] for r in part]
+            assert kinds == sorted(kinds)  # newest points (1) after the client_metrics rows (0)
+        # The data make the order matter: both dates, clients interleaved, the odd names where Java's order differs.
+        assert {d for p in parts for _, d, *_ in p if d} == {"2023-11-14", "2023-11-15"}
+        assert any(sum(a[4] != b[4] for a, b in pairwise(p)) > len({r[4] for r in p}) for p in parts)
+        odd = [r[2] for p in parts for r in p if r[4] == "odd-names" and r[1] == "2023-11-14"]
+        assert odd.index("\uff61.gauge".encode()) < odd.index("\U0001f600.gauge".encode())
+    assert any(r[0] == 1 for p in stream for r in p)
+
+
+def test_clients_past_a_chunk_are_all_there_each_chunk_in_the_tables_order(jvm: Any) -> None:
+    """Given nine clients of 25 gauges over 90 windows each (2,250 rows a client, 20,250 in all: ClientWindows
+    orders a partition's rows 16,384 at a time, at a client's end),
+    When ClientWindows aggregates them,
+    Then its rows are the SQL path's, all of them, and the partition comes as two runs in the tables' order
+    (the first eight clients', then the ninth's)."""
+    spark = jvm
+    rows = []
+    for c in range(9):
+        for w in range(90):
+            value = build_request({}, [{"name": f"m.{(7 * m + c) % 25:02d}", "type": "gauge",
+                                        "points": [{"time": T0 + (60 * w + 1) * S, "value": float(m * w)}]}
+                                       for m in range(25)])
+            rows.append(_record(len(rows), value, f"c{c}".encode(), [(L.CLIENT_INSTANCE_ID.name, f"c{c}".encode())]))
+    raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).persist()
+    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
+                                            "parquet": {"path": "/unused"}})
+    jvm_df = client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK)
+    parts = [p for p in _order_in_partitions(jvm_df) if p]
+    jvm_rows = _rows(jvm_df)
+    sql_rows = _rows(aggregate_client_metrics(decode_records(raw, cfg), window_seconds=60, lookback_windows=LOOKBACK))
+    raw.unpersist()
+    assert len(jvm_rows) == 20_250
+    assert jvm_rows == sql_rows
+    assert len(parts) == 1  # Spark's adaptive execution puts these few MB in one partition
+    keys = [r[1:4] for r in parts[0]]
+    breaks = [i for i in range(1, len(keys)) if keys[i] < keys[i - 1]]
+    assert breaks == [18_000]
+    assert keys[:18_000] == sorted(keys[:18_000]) and keys[18_000:] == sorted(keys[18_000:])
 
 
 def _random_histograms(seed: int, layouts: int) -> list[tuple[Any, ...]]:
