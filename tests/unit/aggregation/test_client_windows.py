@@ -270,7 +270,7 @@ def test_each_partition_comes_in_the_tables_order(jvm: Any) -> None:
     When ClientWindows aggregates them, in batch and as a stream's micro-batch (with each series' newest point),
     Then each partition's client_metrics rows come in the order the tables are written in (date, metric by its
     UTF-8 bytes, window start): the write's sort then merges a few runs instead of sorting rows of clients;
-    a micro-batch's newest points come after them."""
+    a micro-batch's newest points come after them; every row has its date, a newest point its window's."""
     spark = jvm
     rows = [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())]
     rows += [_odd_names(k) for k in range(14)]
@@ -278,8 +278,10 @@ def test_each_partition_comes_in_the_tables_order(jvm: Any) -> None:
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "+01:45")
     try:
-        batch = _order_in_partitions(client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK))
-        stream = _order_in_partitions(client_metrics_and_last_rows(raw, window_seconds=60, lookback_windows=LOOKBACK))
+        batch_df = client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK)
+        stream_df = client_metrics_and_last_rows(raw, window_seconds=60, lookback_windows=LOOKBACK)
+        batch, stream = _order_in_partitions(batch_df), _order_in_partitions(stream_df)
+        last_points = stream_df.where("_kind = 1").select("date", "time_unix_nano").collect()
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
         raw.unpersist()
@@ -296,6 +298,14 @@ def test_each_partition_comes_in_the_tables_order(jvm: Any) -> None:
         odd = [r[2] for p in parts for r in p if r[4] == "odd-names" and r[1] == "2023-11-14"]
         assert odd.index("\uff61.gauge".encode()) < odd.index("\U0001f600.gauge".encode())
     assert any(r[0] == 1 for p in stream for r in p)
+    # `date` is declared not nullable (a partitioned write then copies no row to turn "" into null), and holds:
+    # a last point's is its window's date.
+    assert not batch_df.schema["date"].nullable and not stream_df.schema["date"].nullable
+    assert all(r[1] for parts in (batch, stream) for p in parts for r in p)
+    local = dt.timezone(dt.timedelta(hours=1, minutes=45))
+    assert last_points and all(
+        r.date == dt.datetime.fromtimestamp(r.time_unix_nano // (60 * S) * 60, local).date().isoformat()
+        for r in last_points)
 
 
 def test_clients_past_a_chunk_are_all_there_each_chunk_in_the_tables_order(jvm: Any) -> None:
@@ -305,7 +315,7 @@ def test_clients_past_a_chunk_are_all_there_each_chunk_in_the_tables_order(jvm: 
     Then its rows are the SQL path's, all of them, and the partition comes as two runs in the tables' order
     (the first eight clients', then the ninth's)."""
     spark = jvm
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for c in range(9):
         for w in range(90):
             value = build_request({}, [{"name": f"m.{(7 * m + c) % 25:02d}", "type": "gauge",

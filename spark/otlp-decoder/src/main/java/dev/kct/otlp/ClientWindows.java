@@ -90,8 +90,9 @@ public final class ClientWindows {
    * null) holds each cumulative series' last point from earlier micro-batches ({@code LAST_POINT_COLUMNS}
    * of {@code transforms}), which a series' first point here pairs with; with {@code withLast}, the rows
    * also hold each cumulative series' newest point (a point here, or its {@code previous} row): column
-   * {@code _kind} is 0 for client_metrics rows, 1 for last points (their LAST_POINT_COLUMNS filled, with
-   * {@code time_unix_nano}, {@code start_time_unix_nano} and {@code value} as extra columns).
+   * {@code _kind} is 0 for client_metrics rows, 1 for last points (their LAST_POINT_COLUMNS and their window's
+   * {@code date} filled, with {@code time_unix_nano}, {@code start_time_unix_nano} and {@code value} as extra
+   * columns).
    */
   public static Dataset<Row> aggregate(Dataset<Row> keyed, Dataset<Row> previous, boolean withLast,
       long windowSeconds, int lookbackWindows, String labelSpec, String quantileSpec, String timeZone) {
@@ -189,7 +190,11 @@ public final class ClientWindows {
     List<StructField> fields = new ArrayList<>();
     fields.add(DataTypes.createStructField("window_start", DataTypes.TimestampType, true));
     fields.add(DataTypes.createStructField("window_end", DataTypes.TimestampType, true));
-    fields.add(DataTypes.createStructField("date", DataTypes.StringType, true));
+    // Never null (a stream's last points hold their window's date too): a partitioned write then copies no row
+    // to turn an empty partition value into null (Spark's Empty2Null projects every row of a nullable string
+    // partition column, after the sort: the client_metrics write of 180,000 rows took 0.81-0.93 task CPU-s
+    // with it, 0.72-0.78 without).
+    fields.add(DataTypes.createStructField("date", DataTypes.StringType, false));
     fields.add(DataTypes.createStructField(labels.instanceLabel, DataTypes.StringType, true));
     for (String name : labels.names) {
       fields.add(DataTypes.createStructField(name, DataTypes.StringType, true));
@@ -903,6 +908,8 @@ public final class ClientWindows {
     private InternalRow newest(UTF8String instance, Spec spec, int j) {
       int labels = spec.labelCount;
       Object[] v = new Object[3 + 1 + labels + 25 + spec.quantiles.length + 4];
+      long sizeNanos = spec.size * 1_000_000_000L;
+      v[2] = spec.date((time[j] / sizeNanos) * spec.size); // its window's (as emit finds it): date is not nullable
       int base = 3;
       v[base] = instance;
       int k = base + 1 + labels + 1; // after the labels and resource_attributes
