@@ -205,8 +205,11 @@ def job_config(args: argparse.Namespace, topic: str, work: Path, extra_source: d
                    "op": ">", "threshold": 5000, "forSeconds": 180}],
         "parquet": {"path": str(work / "out")},
         "run": {"mode": "batch", "untilDrained": True, "checkpointPath": str(work / "ck")},
+        # The status store keeps every job and stage (Spark keeps the last 1,000): `--jobs` counts a step's jobs
+        # and tasks' CPU as differences of totals, which went negative once ~60 warm rounds had run.
         "spark": {"master": args.master, "shufflePartitions": args.shuffle_partitions,
-                  "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "3g"}},
+                  "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "3g",
+                           "spark.ui.retainedJobs": "100000", "spark.ui.retainedStages": "100000"}},
     })
 
 
