@@ -439,20 +439,31 @@ def _date_partitions(spark: Any, table: str, since: str, until: str) -> list[str
     return [f"{table}/{name}" for name in sorted(names) if name.startswith("date=") and low <= name <= high]
 
 
-def _rollups(metrics: Any, client_windows: bool) -> Any:
-    """The roll-ups of client_metrics: on the JVM (kct.aggregation.rollups_jvm) when ClientWindows computed
-    them (the decoder jar is then loaded), else with Spark SQL (transforms.rollups): the same rows."""
+# client_metrics rows whose roll-ups one task merges (kct.aggregation.rollups_jvm, `in_one_task`): more are
+# merged in two steps around a shuffle. One task over 180,000 rows (1M points) took 0.47-0.58 task CPU-s with
+# its write where two merges took 0.81-0.84 (spark/README.md). Its hash map then holds the groups of up to
+# this many rows, as a first-merge task of a one-file write (ROWS_PER_FILE) over 4 shuffle partitions did.
+ROLLUP_ROWS_PER_TASK = 500_000
+
+
+def _rollups(metrics: Any, client_windows: bool, rows: int) -> Any:
+    """The roll-ups of client_metrics (`rows` of them): on the JVM (kct.aggregation.rollups_jvm) when
+    ClientWindows computed them (the decoder jar is then loaded), in one task up to ROLLUP_ROWS_PER_TASK rows,
+    else with Spark SQL (transforms.rollups): the same rows."""
     from kct.aggregation.rollups_jvm import rollups_on_jvm
     from kct.aggregation.transforms import rollups
 
-    return rollups_on_jvm(metrics) if client_windows else rollups(metrics)
+    if not client_windows:
+        return rollups(metrics)
+    return rollups_on_jvm(metrics, in_one_task=rows <= ROLLUP_ROWS_PER_TASK)
 
 
-def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, files: int,
+def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, rows: int,
                      client_windows: bool = False, fired: Any = None) -> dict[str, Callable[[], None]]:
-    """What a micro-batch's finalized windows are written to, by output name (client_metrics and
-    rollups in `files` files, alerts in one: they are a few rows; `fired`: the alerts of `metrics`,
-    `_alerts_with_history`, None: none)."""
+    """What a micro-batch's finalized windows (`rows` client_metrics rows) are written to, by output name
+    (client_metrics and rollups in files sized to the rows, alerts in one: they are a few rows; `fired`: the
+    alerts of `metrics`, `_alerts_with_history`, None: none)."""
+    files = files_for(rows)
 
     def alerts() -> None:
         if fired is not None:
@@ -460,7 +471,8 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
 
     out = {
         "client_metrics": lambda: _append_once(spark, cfg, "client_metrics", batch_id, metrics, files),
-        "rollups": lambda: _append_once(spark, cfg, "rollups", batch_id, _rollups(metrics, client_windows), files),
+        "rollups": lambda: _append_once(spark, cfg, "rollups", batch_id, _rollups(metrics, client_windows, rows),
+                                       files),
         "alerts": alerts,
     }
     if cfg.kafka_output is not None:
@@ -547,7 +559,7 @@ def _metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                     spark, metrics, cfg, tuple(counted[1:]) if alerts_span and counted is not None else None,
                     previous)
                 outputs = {} if metrics is None or not rows else _metrics_outputs(
-                    spark, cfg, metrics, batch_id, files_for(rows), client_windows, fired)
+                    spark, cfg, metrics, batch_id, rows, client_windows, fired)
                 alert_rows, alert_rows_for = _next_alert_rows(spark, cfg, history, previous,
                                                               step.state.final_before_s)
                 state = replace(step.state, alert_rows=alert_rows, alert_rows_for=alert_rows_for)
@@ -721,8 +733,8 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     try:
         client_windows = _use_client_windows(spark, cfg)
         metrics = _client_metrics(spark, cfg, records, client_windows).persist()
-        files = files_for(metrics.count())  # the count fills the cache the writes read
-        outputs = _concurrently(_batch_outputs(spark, cfg, records, metrics, files, client_windows), spark)
+        rows = metrics.count()  # fills the cache the writes read
+        outputs = _concurrently(_batch_outputs(spark, cfg, records, metrics, rows, client_windows), spark)
         written = {table: counted for table, counted in outputs.items() if counted is not None}
         counts = {"points": written["client_metrics"]["points"]}
         counts.update({table: counted["rows"] for table, counted in written.items()})
@@ -732,14 +744,16 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
         records.unpersist()
 
 
-def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: Any, files: int,
+def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: Any, rows: int,
                    client_windows: bool) -> dict[str, Callable[[], dict[str, int] | None]]:
     """`run_batch`'s writes by output, client_metrics first (Spark's FIFO scheduler serves the first job
-    submitted first). Each derived table is also built in its write: building roll-ups on the JVM already runs
-    their first stage, which then overlaps the client_metrics write. Each returns its rows counted while written
-    (`_write_counted`), None when it wrote no table (no rules: no alerts; the Kafka topic)."""
+    submitted first). Each derived table is also built in its write, so it overlaps the client_metrics write
+    (roll-ups on the JVM in two merges run their first stage when built; in one task, in their write). Each
+    returns its rows counted while written (`_write_counted`), None when it wrote no table (no rules: no
+    alerts; the Kafka topic)."""
     from kct.aggregation.transforms import alerts, terminations
 
+    files = files_for(rows)
     def derived(table: str, build: Callable[[], Any], files: int) -> Callable[[], dict[str, int] | None]:
         def write() -> dict[str, int] | None:
             df = build()
@@ -749,7 +763,7 @@ def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: An
     outputs: dict[str, Callable[[], dict[str, int] | None]] = {
         "client_metrics": partial(_write_counted, metrics, cfg, "client_metrics", "overwrite", files,
                                   observed_sums=("points",)),
-        "rollups": derived("rollups", lambda: _rollups(metrics, client_windows), files),
+        "rollups": derived("rollups", lambda: _rollups(metrics, client_windows, rows), files),
         "terminations": derived(
             "terminations", lambda: terminations(decode_records(records.where(_may_terminate(spark)), cfg)), 1),
         "alerts": derived("alerts", lambda: alerts(metrics, cfg.rules), 1),

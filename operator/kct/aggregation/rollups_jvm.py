@@ -6,7 +6,11 @@ of the bucket counts, `first` of a map and an array), ~28 % of a warm `run_batch
 Java class of the decoder jar (`JVM_CLASS`) merges each partition's rows into partial aggregates per
 (window, dimension value, series key) in a hash map, Spark shuffles those, and a second merge finishes them,
 quantiles included (ClientWindows' code): the same rows and columns
-(tests/unit/aggregation/test_rollups_jvm.py), doubles summed in another order.
+(tests/unit/aggregation/test_rollups_jvm.py), doubles summed in another order. Rows that one task merges in
+reasonable time (`in_one_task`) are read by one task and merged once, without partial rows or a shuffle: a
+dimension's value (a client id) is spread over every partition by instance id, so the first merge leaves
+many partial rows (1M points: 107,100 from 180,000 rows, for 46,800 roll-ups), each built, shuffled and
+merged again.
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ def dimension_spec(dimensions: dict[str, tuple[str, ...]]) -> str:
     return ";".join(f"{name}:{','.join(cols)}" for name, cols in dimensions.items())
 
 
-def rollups_on_jvm(client_metrics: Any, dimensions: dict[str, tuple[str, ...]] | None = None) -> Any:
+def rollups_on_jvm(client_metrics: Any, dimensions: dict[str, tuple[str, ...]] | None = None, *,
+                   in_one_task: bool = False) -> Any:
     """client_metrics -> the rollups rows, as `transforms.rollups(client_metrics, dimensions)` computes them
-    (default dimensions: `transforms.ROLLUP_DIMENSIONS`). Needs the decoder jar on the session's classpath."""
+    (default dimensions: `transforms.ROLLUP_DIMENSIONS`); `in_one_task`: merged once, by one task (for as
+    many rows as one task should take), else in two merges around a shuffle. Needs the decoder jar on the
+    session's classpath."""
     from pyspark.sql import DataFrame
 
     from kct.aggregation.client_windows import quantile_spec
@@ -36,7 +43,7 @@ def rollups_on_jvm(client_metrics: Any, dimensions: dict[str, tuple[str, ...]] |
 
     spark = client_metrics.sparkSession
     jdf = spark._jvm.dev.kct.otlp.Rollups.rollups(
-        client_metrics._jdf, dimension_spec(dimensions or ROLLUP_DIMENSIONS), quantile_spec())
+        client_metrics._jdf, dimension_spec(dimensions or ROLLUP_DIMENSIONS), quantile_spec(), in_one_task)
     rows = DataFrame(jdf, spark)
     if tuple(rows.columns) != ROLLUP_COLUMNS:  # the jar and this checkout disagree
         raise RuntimeError(f"{JVM_CLASS} returned columns {rows.columns}, expected {ROLLUP_COLUMNS}")

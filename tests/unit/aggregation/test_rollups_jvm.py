@@ -187,7 +187,8 @@ def assert_same_rollups(mine: Any, theirs: Any) -> int:
     return len(a)
 
 
-def test_jvm_rollups_equal_the_sql_rollups_on_mixed_client_metrics(jvm: Any) -> None:
+@pytest.mark.parametrize("one_task", [False, True], ids=["two-merges", "one-task"])
+def test_jvm_rollups_equal_the_sql_rollups_on_mixed_client_metrics(jvm: Any, one_task: bool) -> None:
     """Given client_metrics of every kind (counters, gauges with NaN/±inf/-0.0/null values, histograms over
     seven bucket layouts, some mismatched or with a null count, exponential histograms), instances without a
     principal or software version, '' next to null, three windows, spread over several partitions,
@@ -195,11 +196,12 @@ def test_jvm_rollups_equal_the_sql_rollups_on_mixed_client_metrics(jvm: Any) -> 
     Then they are the same rows."""
     metrics = _frame(jvm, _client_metrics(seed=1)).repartition(3)
     with _shuffled_over(jvm, 7):  # partials of one key from three partitions must meet in one of seven
-        n = assert_same_rollups(rollups_on_jvm(metrics), rollups(metrics))
+        n = assert_same_rollups(rollups_on_jvm(metrics, in_one_task=one_task), rollups(metrics))
     assert n > 500
 
 
-def test_jvm_rollups_equal_the_sql_rollups_on_client_windows_output(jvm: Any) -> None:
+@pytest.mark.parametrize("one_task", [False, True], ids=["two-merges", "one-task"])
+def test_jvm_rollups_equal_the_sql_rollups_on_client_windows_output(jvm: Any, one_task: bool) -> None:
     """Given the client_metrics ClientWindows computes from the synthetic producers and hand-made pushes
     (restarts, counter drops, delta and non-monotonic sums, NaN gauges, delta and cumulative histograms,
     exponential histograms, summaries, records without labels),
@@ -208,7 +210,7 @@ def test_jvm_rollups_equal_the_sql_rollups_on_client_windows_output(jvm: Any) ->
     raw = jvm.createDataFrame(_raw_records(), RAW_SCHEMA_DDL)
     metrics = client_metrics_from_records(raw).persist()
     try:
-        mine = rollups_on_jvm(metrics)
+        mine = rollups_on_jvm(metrics, in_one_task=one_task)
         assert mine.where("p99 IS NOT NULL").count() > 10
         assert assert_same_rollups(mine, rollups(metrics)) > 300
     finally:
@@ -223,7 +225,8 @@ def _reads_cached_rows(metrics: Any, dimensions: dict[str, tuple[str, ...]] | No
         metrics._jdf, dimension_spec(dimensions or ROLLUP_DIMENSIONS), quantile_spec()))
 
 
-def test_jvm_rollups_read_a_cached_frame_as_cached_and_equal_the_sql_rollups(jvm: Any) -> None:
+@pytest.mark.parametrize("one_task", [False, True], ids=["two-merges", "one-task"])
+def test_jvm_rollups_read_a_cached_frame_as_cached_and_equal_the_sql_rollups(jvm: Any, one_task: bool) -> None:
     """Given the mixed client_metrics (resets an int column, as ClientWindows writes it) cached whole, and
     the same rows with their columns in another order and the counts as longs, cached too,
     When the roll-ups are computed on the JVM, which then reads the cached rows as they are (no projection of
@@ -237,7 +240,7 @@ def test_jvm_rollups_read_a_cached_frame_as_cached_and_equal_the_sql_rollups(jvm
     try:
         for frame in (metrics, reordered):
             assert _reads_cached_rows(frame)
-            assert assert_same_rollups(rollups_on_jvm(frame), rollups(frame)) > 200
+            assert assert_same_rollups(rollups_on_jvm(frame, in_one_task=one_task), rollups(frame)) > 200
         assert not _reads_cached_rows(metrics.select("*", F.lit(1).alias("one")))  # a plan over the cache
         assert not _reads_cached_rows(metrics.drop("principal"))
         assert not _reads_cached_rows(_frame(jvm, rows))
@@ -247,7 +250,8 @@ def test_jvm_rollups_read_a_cached_frame_as_cached_and_equal_the_sql_rollups(jvm
         reordered.unpersist()
 
 
-def test_jvm_rollups_honour_the_dimensions_given(jvm: Any) -> None:
+@pytest.mark.parametrize("one_task", [False, True], ids=["two-merges", "one-task"])
+def test_jvm_rollups_honour_the_dimensions_given(jvm: Any, one_task: bool) -> None:
     """Given other dimensions than ROLLUP_DIMENSIONS (one per instance, one of two columns in another order),
     When the roll-ups are computed both ways with them,
     Then they are the same rows, named after those dimensions.
@@ -256,12 +260,13 @@ def test_jvm_rollups_honour_the_dimensions_given(jvm: Any) -> None:
     it holds, the last one winning, which the JVM does not mirror.)"""
     dims = {"instance": ("client_instance_id",), "who": ("principal", "client_id")}
     metrics = _frame(jvm, _client_metrics(seed=2, instances=5, windows=2))
-    mine = rollups_on_jvm(metrics, dims)
+    mine = rollups_on_jvm(metrics, dims, in_one_task=one_task)
     assert assert_same_rollups(mine, rollups(metrics, dims)) > 100
     assert {r["dimension"] for r in mine.select("dimension").distinct().collect()} == set(dims)
 
 
-def test_jvm_rollups_read_columns_of_other_types_as_the_types_they_take(jvm: Any) -> None:
+@pytest.mark.parametrize("one_task", [False, True], ids=["two-merges", "one-task"])
+def test_jvm_rollups_read_columns_of_other_types_as_the_types_they_take(jvm: Any, one_task: bool) -> None:
     """Given client_metrics read back as Spark infers the table's folders (`date` a date, not a string) and
     counts as ints, not cached (so read through the select), and the same frame cached,
     When rolled up on the JVM,
@@ -273,15 +278,16 @@ def test_jvm_rollups_read_columns_of_other_types_as_the_types_they_take(jvm: Any
     try:
         for frame in (typed, cached):
             assert not _reads_cached_rows(frame)
-            assert assert_same_rollups(rollups_on_jvm(frame), rollups(_frame(jvm, rows))) > 100
+            assert assert_same_rollups(rollups_on_jvm(frame, in_one_task=one_task), rollups(_frame(jvm, rows))) > 100
     finally:
         cached.unpersist()
 
 
-def test_jvm_rollups_of_no_rows_are_no_rows(jvm: Any) -> None:
+@pytest.mark.parametrize("one_task", [False, True], ids=["two-merges", "one-task"])
+def test_jvm_rollups_of_no_rows_are_no_rows(jvm: Any, one_task: bool) -> None:
     """Given no client_metrics rows, When rolled up on the JVM, Then no rows, with the SQL path's schema."""
     empty = jvm.createDataFrame([], CM_DDL)
-    assert assert_same_rollups(rollups_on_jvm(empty), rollups(empty)) == 0
+    assert assert_same_rollups(rollups_on_jvm(empty, in_one_task=one_task), rollups(empty)) == 0
 
 
 def test_dimension_spec_refuses_names_it_cannot_carry() -> None:
@@ -290,3 +296,31 @@ def test_dimension_spec_refuses_names_it_cannot_carry() -> None:
         dimension_spec({"a;b": ("x",)})
     with pytest.raises(ValueError, match="roll-up dimension"):
         dimension_spec({"a": ()})
+
+
+def _lineage(df: Any) -> tuple[int, str]:
+    """The partitions of `df`'s rows and the lineage of the RDD that computes them."""
+    rdd = df._jdf.queryExecution().toRdd()
+    return int(rdd.getNumPartitions()), str(rdd.toDebugString())
+
+
+def test_jvm_rollups_in_one_task_merge_every_partition_once_without_a_shuffle(jvm: Any) -> None:
+    """Given client_metrics in several partitions, read without a shuffle,
+    When rolled up in one task, and in two merges,
+    Then the same rows; the one task's come in one partition and nothing is shuffled for them, where two
+    merges shuffle their partial rows; and the job merges in one task the roll-ups of up to
+    ROLLUP_ROWS_PER_TASK client_metrics rows, of more in two merges."""
+    from kct.aggregation.job import ROLLUP_ROWS_PER_TASK, _rollups
+
+    metrics = _frame(jvm, _client_metrics(seed=4, instances=6, windows=2))
+    partitions, lineage = _lineage(metrics)
+    assert partitions >= 2 and "ShuffledRowRDD" not in lineage
+
+    one, two = rollups_on_jvm(metrics, in_one_task=True), rollups_on_jvm(metrics, in_one_task=False)
+    assert assert_same_rollups(one, two) > 100
+    partitions, lineage = _lineage(one)
+    assert partitions == 1 and "ShuffledRowRDD" not in lineage
+    assert "ShuffledRowRDD" in _lineage(two)[1]
+
+    assert _lineage(_rollups(metrics, True, ROLLUP_ROWS_PER_TASK))[0] == 1
+    assert "ShuffledRowRDD" in _lineage(_rollups(metrics, True, ROLLUP_ROWS_PER_TASK + 1))[1]
