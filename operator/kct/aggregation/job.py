@@ -754,6 +754,7 @@ def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: An
     from kct.aggregation.transforms import alerts, terminations
 
     files = files_for(rows)
+
     def derived(table: str, build: Callable[[], Any], files: int) -> Callable[[], dict[str, int] | None]:
         def write() -> dict[str, int] | None:
             df = build()

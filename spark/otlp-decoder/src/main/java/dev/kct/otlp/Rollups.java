@@ -73,24 +73,17 @@ public final class Rollups {
   private static final int[] PARTIAL_KEY = {1, 2, 3, 6, 7, 8, 9, 10, 11};
 
   /**
-   * client_metrics to roll-ups, in two merges around a shuffle (see {@link #rollups(Dataset, String, String,
-   * boolean)}).
-   *
-   * @param clientMetrics rows with (at least) the columns {@code transforms.rollups} reads
-   * @param dimensionSpec the dimensions, {@code name:column,column;...}, in output order
-   * @param quantileSpec the quantile columns, {@code p50=0.5;...}
-   */
-  public static Dataset<Row> rollups(Dataset<Row> clientMetrics, String dimensionSpec, String quantileSpec) {
-    return rollups(clientMetrics, dimensionSpec, quantileSpec, false);
-  }
-
-  /**
    * client_metrics to roll-ups. With {@code inOneTask}, one task reads every partition of the rows and merges
    * them into finished roll-ups at once: no partial rows, no shuffle, no second merge. A dimension's values (a
    * client id) are spread over every partition by instance id, so the first merge leaves many partial rows
    * (1M points: 107,100 from 180,000 rows, for 46,800 roll-ups), each built, shuffled and merged again. For
    * rows that one task merges in reasonable time and memory (the job's {@code ROLLUP_ROWS_PER_TASK}); else
    * two merges, spread over the session's shuffle partitions.
+   *
+   * @param clientMetrics rows with (at least) the columns {@code transforms.rollups} reads
+   * @param dimensionSpec the dimensions, {@code name:column,column;...}, in output order
+   * @param quantileSpec the quantile columns, {@code p50=0.5;...}
+   * @param inOneTask merged once by one task, else in two merges
    */
   public static Dataset<Row> rollups(Dataset<Row> clientMetrics, String dimensionSpec, String quantileSpec,
       boolean inOneTask) {
