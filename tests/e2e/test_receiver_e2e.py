@@ -48,6 +48,22 @@ def _create_topic(bootstrap: str, topic: str) -> None:
         future.result(timeout=30)
 
 
+def _topic_exists(bootstrap: str, topic: str) -> bool:
+    """Whether the broker lists `topic`; asks for every topic, so the request itself creates none."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return topic in admin.list_topics(timeout=10).topics
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=30)
+
+
 def _read_topic(bootstrap: str, topic: str, *, idle_s: float = 5.0, limit_s: float = 60.0) -> list[Any]:
     """Every record of `topic` (from the beginning), read until nothing new arrives for `idle_s`."""
     from confluent_kafka import Consumer
@@ -327,6 +343,34 @@ def test_kafka_stopped_under_load_no_200_without_a_record(stack: Any, run_receiv
     missing = [instance for instance in ok if instance not in keys]
     assert not missing, f"{len(missing)} of {len(ok)} pushes answered 200 have no record: {missing[:5]}"
     print(f"outage: statuses={statuses} records={len(keys)} acknowledged={len(ok)} max_rss_mb={max(rss):.0f}")
+
+
+def test_a_topic_deleted_under_the_receiver_stays_deleted_and_the_receiver_not_ready(
+    stack: Any, run_receiver: Any
+) -> None:
+    """Given a ready receiver, When its topic is deleted (as the operator does with deleteOnRemoval while the
+    pods still terminate), Then /readyz answers 503 and the topic stays deleted across the readiness probes
+    that follow (their metadata requests create no topic); When the topic is created again, Then the same
+    process is ready again."""
+    topic = f"kct-e2e-gone-{uuid.uuid4().hex[:8]}"
+    _create_topic(stack.kafka_bootstrap, topic)
+    receiver = run_receiver(topic)  # readinessIntervalMs 500
+    _delete_topic(stack.kafka_bootstrap, topic)
+    deadline = time.monotonic() + 30
+    while receiver.status("/readyz") != 503:
+        assert time.monotonic() < deadline, f"still ready without its topic:\n{receiver.log.read_text()}"
+        time.sleep(0.2)
+    # Ten probe intervals: with auto-creation the first probe after the deletion re-created the topic.
+    for _ in range(10):
+        time.sleep(0.5)
+        assert not _topic_exists(stack.kafka_bootstrap, topic), "the receiver's metadata requests re-created it"
+        assert receiver.status("/readyz") == 503
+    assert "unavailable" in receiver.log.read_text()
+    _create_topic(stack.kafka_bootstrap, topic)
+    deadline = time.monotonic() + 30
+    while receiver.status("/readyz") != 200:
+        assert receiver.process.poll() is None and time.monotonic() < deadline, receiver.log.read_text()
+        time.sleep(0.2)
 
 
 def test_chaos_kafka_down_30s_then_receiver_killed_no_acknowledged_push_lost(stack: Any, run_receiver: Any) -> None:

@@ -26,7 +26,8 @@ monotonic), not with one asyncio timer per push (a timer per push cost ~10 % of 
 also serves the producers' queues once, a backstop should an event signal ever be missed.
 
 Readiness is a cached metadata request (`list_topics(topic)`) refreshed in the background; while it
-fails, pushes are refused at once with 503 instead of piling up behind `message.timeout.ms`.
+fails, pushes are refused at once with 503 instead of piling up behind `message.timeout.ms`. The request
+never creates the topic (`allow.auto.create.topics` false): a missing topic means not ready.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ def producer_config(config: KafkaSinkConfig, max_record_bytes: int) -> dict[str,
         "client.id": "kct-receiver",
         # The receiver's own client would push its telemetry to the cluster it feeds: not wanted.
         "enable.metrics.push": False,
+        # The topic is the operator's (partitions, replication, retention): librdkafka's producer default
+        # would let the readiness probe's metadata request create it with the broker's defaults, before
+        # the operator does or again after the operator deleted it with its resource (deleteOnRemoval)
+        # while the receiver's pods are still terminating.
+        "allow.auto.create.topics": False,
     }
     conf.update(config.producer_properties)
     for prop, env in config.producer_properties_from_env.items():

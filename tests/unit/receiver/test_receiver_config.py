@@ -29,12 +29,14 @@ EXAMPLE = REPO / "examples" / "receiver-local.yaml"
 
 def test_example_targets_the_local_stack() -> None:
     """Given examples/receiver-local.yaml, then it listens on 127.0.0.1:4318, takes the token and bootstrap
-    servers from the environment, and writes to client-telemetry."""
+    servers from the environment, and writes to client-telemetry, which the local broker creates on first
+    use (the README's hand-run receiver has no operator to create it)."""
     config = load_receiver_config(EXAMPLE)
     assert (config.listen.host, config.listen.port) == ("127.0.0.1", 4318)
     assert config.auth.bearer_token_env == "KCT_RECEIVER_TOKEN"
     assert config.kafka.bootstrap_servers_env == "KAFKA_BOOTSTRAP_SERVERS"
     assert config.kafka.topic == "client-telemetry"
+    assert config.kafka.producer_properties["allow.auto.create.topics"] is True
 
 
 def test_dump_round_trips_through_load(tmp_path: Path) -> None:
@@ -86,6 +88,19 @@ def test_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         producer_config(config.kafka, 1_000_000)
     with pytest.raises(ConfigError, match=r"auth\.bearerTokenEnv"):
         resolve_env("KCT_SURELY_UNSET", "auth.bearerTokenEnv")
+
+
+def test_the_producer_never_creates_the_topic_unless_the_user_asks() -> None:
+    """Given the default sink config, then neither producer may auto-create the topic (its metadata
+    requests, the readiness probe's among them, would create it with the broker's defaults, or again after
+    the operator deleted it); given the user's own `allow.auto.create.topics`, then theirs is used."""
+    config = KafkaSinkConfig(bootstrap_servers="k:9092")
+    busy = producer_config(config, 1_000_000)
+    quiet = quiet_producer_config(busy, config)
+    assert quiet is not None
+    assert busy["allow.auto.create.topics"] is False and quiet["allow.auto.create.topics"] is False
+    own = KafkaSinkConfig(bootstrap_servers="k:9092", producer_properties={"allow.auto.create.topics": True})
+    assert producer_config(own, 1_000_000)["allow.auto.create.topics"] is True
 
 
 def test_quiet_producer_sends_at_once_and_the_busy_one_lingers() -> None:
