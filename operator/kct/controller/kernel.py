@@ -9,7 +9,9 @@ Nothing here imports kopf or a client, so the reconciles stay testable with in-m
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,7 @@ __all__ = [
     "ConditionTracker",
     "ConnectionProblem",
     "Event",
+    "KeyedLocks",
     "OperatorConfig",
     "Outcome",
     "SecretMissing",
@@ -41,6 +44,25 @@ class SecretMissing(ConnectionProblem):
     def __init__(self, message: str, last_known: Any = None) -> None:
         super().__init__(message)
         self.last_known = last_known
+
+
+class KeyedLocks:
+    """One asyncio.Lock per key, alive only while a handler holds or awaits it (no lock outlives its
+    resource). A handler that reconciles outside kopf's per-resource serialisation (a timer, another
+    object's event) and the delete handler take the same key, so a reconcile in flight cannot undo a
+    delete that ran meanwhile."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[Any, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def __call__(self, key: Any) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def __len__(self) -> int:
+        return len(self._locks)
 
 
 @dataclass(frozen=True)

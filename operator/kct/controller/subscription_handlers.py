@@ -21,7 +21,7 @@ import kopf
 
 from kct.api.crds import GROUP, VERSION
 from kct.controller.kafka_clients import AdminPool
-from kct.controller.kernel import OperatorConfig, Outcome
+from kct.controller.kernel import KeyedLocks, OperatorConfig, Outcome
 from kct.controller.kopf_outcome import write_outcome
 from kct.controller.subscription import (
     Claim,
@@ -97,7 +97,7 @@ class SubscriptionHandlers:
         self.config = config
         # One lock per CLIENT_METRICS name: a resync already talking to Kafka when its resource (or a
         # rival claimant) is deleted must finish before the delete runs, or it would recreate the configs.
-        self.locks: dict[str, asyncio.Lock] = {}
+        self.locks = KeyedLocks()
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         resource = (GROUP, VERSION, PLURAL)
@@ -115,7 +115,7 @@ class SubscriptionHandlers:
         """Run the blocking reconcile in a thread, under the subscription name's lock; None when the
         resource is being deleted (the delete handler owns it then: kopf's body is a live view)."""
         subscription = SubscriptionResource.from_body(body)
-        async with self.locks.setdefault(subscription.subscription_name, asyncio.Lock()):
+        async with self.locks(subscription.subscription_name):
             if body.metadata.get("deletionTimestamp"):
                 return None
             return await asyncio.to_thread(
@@ -143,7 +143,7 @@ class SubscriptionHandlers:
 
     async def on_delete(self, body: kopf.Body, memo: kopf.Memo, retry: int, **kwargs: Any) -> None:
         subscription = SubscriptionResource.from_body(body)
-        async with self.locks.setdefault(subscription.subscription_name, asyncio.Lock()):
+        async with self.locks(subscription.subscription_name):
             outcome = await asyncio.to_thread(
                 delete_subscription,
                 subscription,

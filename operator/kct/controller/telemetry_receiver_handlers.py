@@ -12,6 +12,12 @@
 - delete: the topic is deleted only with `spec.topic.deleteOnRemoval`; the children go with the
   resource through their ownerReferences (Kubernetes' garbage collector).
 
+kopf serialises a resource's own change and delete handlers, but neither its timer nor another object's
+event: a reconcile from either could still be creating the topic when the delete handler deletes it, and
+bring the topic back after the resource is gone. So every reconcile and the delete take one lock per
+receiver; a reconcile holding it skips a resource being deleted, and an event's reconcile reads the owner
+only once it holds the lock.
+
 The finalizer, progress annotations and login are configured by the subscription handlers'
 startup handler (`kct.controller.subscription_handlers`); `kct.controller.runner.register_handlers`, the one entry point
 `kct operator` uses, registers both controllers together.
@@ -29,7 +35,7 @@ import kopf
 from kct.api.crds import GROUP, VERSION
 from kct.controller.children import ChildrenClient, KubernetesChildren
 from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader, read_properties_file
-from kct.controller.kernel import OperatorConfig, Outcome
+from kct.controller.kernel import KeyedLocks, OperatorConfig, Outcome
 from kct.controller.kopf_outcome import post_events, write_outcome
 from kct.controller.telemetry_receiver import (
     ReceiverResource,
@@ -100,6 +106,7 @@ class ReceiverHandlers:
 
     def __init__(self, config: OperatorConfig) -> None:
         self.config = config
+        self.locks = KeyedLocks()  # per receiver (namespace, name): see the module's docstring
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         resource = (GROUP, VERSION, PLURAL)
@@ -142,8 +149,17 @@ class ReceiverHandlers:
         if isinstance(pool, AdminPool):
             pool.close()
 
-    async def reconcile(self, body: Any, memo: kopf.Memo, retry: int) -> Outcome:
-        """Run the blocking reconcile in a thread."""
+    async def reconcile(self, body: kopf.Body, memo: kopf.Memo, retry: int) -> Outcome | None:
+        """Under the receiver's lock; None when the resource is being deleted (the delete handler owns it
+        then: kopf's body is a live view)."""
+        metadata = body.get("metadata") or {}
+        async with self.locks((metadata.get("namespace"), metadata.get("name"))):
+            if metadata.get("deletionTimestamp"):
+                return None
+            return await self._reconcile(body, memo, retry)
+
+    async def _reconcile(self, body: Mapping[str, Any], memo: kopf.Memo, retry: int) -> Outcome:
+        """Run the blocking reconcile in a thread; the caller holds the receiver's lock."""
         pool = _memo_topics(memo)
         outcome = await asyncio.to_thread(
             reconcile_receiver,
@@ -159,30 +175,38 @@ class ReceiverHandlers:
 
     async def on_change(self, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
         """create / update / resume: reconcile, write status, retry later when the outcome asks."""
-        write_outcome(await self.reconcile(body, memo, retry), body, patch)
+        outcome = await self.reconcile(body, memo, retry)
+        if outcome is not None:
+            write_outcome(outcome, body, patch)
 
     async def resync(self, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
         """The timer: no retries from here (the next tick is the retry; the change handler has its own)."""
-        write_outcome(await self.reconcile(body, memo, 0), body, patch, retry=False)
+        outcome = await self.reconcile(body, memo, 0)
+        if outcome is not None:
+            write_outcome(outcome, body, patch, retry=False)
 
     async def on_delete(self, body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
-        outcome = await asyncio.to_thread(
-            delete_receiver,
-            ReceiverResource.from_body(body),
-            topic_admin_factory(_memo_topics(memo)),
-            retry=retry,
-            backoff_base=self.config.backoff_base_seconds,
-            backoff_max=self.config.backoff_max_seconds,
-        )
+        """After any reconcile in flight (it could otherwise create the topic again afterwards)."""
+        async with self.locks((body.metadata.namespace, body.metadata.name)):
+            outcome = await asyncio.to_thread(
+                delete_receiver,
+                ReceiverResource.from_body(body),
+                topic_admin_factory(_memo_topics(memo)),
+                retry=retry,
+                backoff_base=self.config.backoff_base_seconds,
+                backoff_max=self.config.backoff_max_seconds,
+            )
         write_outcome(outcome, body, None)
 
     async def reconcile_owner(self, namespace: str, owner: str, memo: kopf.Memo) -> None:
-        """Reconcile the TelemetryReceiver `owner` now (outside its own handlers) and patch its status."""
+        """Reconcile the TelemetryReceiver `owner` now (outside its own handlers) and patch its status; read
+        under the owner's lock, so an owner whose delete handler ran or is waiting is seen deleting."""
         children = _memo_children(memo)
-        body = await asyncio.to_thread(children.get, f"{GROUP}/{VERSION}", KIND, namespace, owner)
-        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
-            return
-        outcome = await self.reconcile(body, memo, 0)
+        async with self.locks((namespace, owner)):
+            body = await asyncio.to_thread(children.get, f"{GROUP}/{VERSION}", KIND, namespace, owner)
+            if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                return
+            outcome = await self._reconcile(body, memo, 0)
         post_events(body, outcome.events)
         if outcome.status:
             await asyncio.to_thread(children.patch_status, f"{GROUP}/{VERSION}", KIND, namespace, owner, outcome.status)

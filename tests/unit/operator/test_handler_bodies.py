@@ -3,6 +3,8 @@ what lands in the status patch, which events and retries follow, and what the ch
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import kopf
@@ -12,10 +14,11 @@ from kct.api.status import ClientMetricsSubscriptionStatus
 from kct.api.telemetry_receiver import TelemetryReceiverStatus
 from kct.controller.children import InMemoryChildren
 from kct.controller.kafka_clients import AdminPool
-from kct.controller.kernel import OperatorConfig
+from kct.controller.kernel import KeyedLocks, OperatorConfig
 from kct.controller.subscription_handlers import CLAIMS_INDEX, SubscriptionHandlers, claims_index
 from kct.controller.telemetry_receiver_handlers import ReceiverHandlers
 from kct.kafka.fake import InMemoryClientMetricsAdmin, InMemoryTopicAdmin
+from kct.kafka.topics import TopicState
 
 AVAILABLE = {
     "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1,
@@ -90,6 +93,61 @@ async def test_a_deleted_child_reconciles_its_owner_and_patches_the_owners_statu
     status = kube.objects[("TelemetryReceiver", "ns", "tr")]["status"]
     TelemetryReceiverStatus.model_validate(status)
     assert ready(status)["status"] == "True"
+
+
+class HeldTopicAdmin(InMemoryTopicAdmin):
+    """Once `held` is set, a describe waits (in its reconcile's thread) until `released` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held, self.entered, self.released = threading.Event(), threading.Event(), threading.Event()
+
+    def describe_topic(self, name: str) -> TopicState | None:
+        if self.held.is_set():
+            self.entered.set()
+            self.released.wait(timeout=10)
+        return super().describe_topic(name)
+
+
+async def test_the_delete_waits_for_a_child_events_reconcile_so_the_topic_stays_deleted() -> None:
+    """Given a receiver with deleteOnRemoval whose child event's reconcile is about to read the topic, When
+    the resource is deleted meanwhile, Then the delete handler waits for that reconcile and deletes the topic
+    after it (without the wait, the reconcile found no topic and created it again after the delete)."""
+    kube, kafka = InMemoryChildren(deployment_status=dict(AVAILABLE)), HeldTopicAdmin()
+    owner = receiver_body(topic={"name": "raw", "deleteOnRemoval": True})
+    kube.objects[("TelemetryReceiver", "ns", "tr")] = owner
+    memo = receiver_memo(kube, kafka)
+    handlers = ReceiverHandlers(OperatorConfig())
+    await handlers.on_change(body=kopf.Body(owner), patch=kopf.Patch(), memo=memo, retry=0)
+    assert "raw" in kafka.topics
+    service = kube.objects.pop(("Service", "ns", "tr-receiver"))
+    kafka.held.set()
+    event = asyncio.create_task(
+        handlers.child_changed(type="DELETED", body=kopf.Body(service), memo=memo, namespace="ns")
+    )
+    assert await asyncio.to_thread(kafka.entered.wait, 10)
+    deleting = dict(owner, metadata={**owner["metadata"], "deletionTimestamp": "2026-11-28T07:00:00Z"})
+    kube.objects[("TelemetryReceiver", "ns", "tr")] = deleting
+    delete = asyncio.create_task(handlers.on_delete(body=kopf.Body(deleting), memo=memo, retry=0))
+    await asyncio.wait({delete}, timeout=0.5)
+    assert not delete.done(), "the delete ran while the event's reconcile was in flight"
+    kafka.released.set()
+    await asyncio.gather(event, delete)
+    assert "raw" not in kafka.topics
+    kafka.held.clear()
+    await handlers.child_changed(type="DELETED", body=kopf.Body(service), memo=memo, namespace="ns")
+    assert "raw" not in kafka.topics, "an event after the delete reconciled a deleting owner"
+
+
+async def test_a_resync_tick_of_a_receiver_being_deleted_touches_nothing() -> None:
+    """Given a receiver whose deletion has begun (kopf's live body shows the deletionTimestamp), When its
+    timer fires, Then no topic is created, no child applied and no status written."""
+    kube, kafka = InMemoryChildren(deployment_status=dict(AVAILABLE)), InMemoryTopicAdmin()
+    body = receiver_body()
+    body["metadata"]["deletionTimestamp"] = "2026-11-28T07:00:00Z"
+    patch = kopf.Patch()
+    await ReceiverHandlers(OperatorConfig()).resync(body=kopf.Body(body), patch=patch, memo=receiver_memo(kube, kafka))
+    assert (kafka.topics, kube.applied, dict(patch)) == ({}, [], {})
 
 
 async def test_a_child_without_our_owner_is_ignored() -> None:
@@ -204,3 +262,13 @@ def test_applications_are_watched_only_when_configured() -> None:
 
     assert "sparkapplications" not in watched(OperatorConfig())
     assert {"sparkapplications", "scheduledsparkapplications"} <= watched(OperatorConfig(watch_spark_applications=True))
+
+
+async def test_keyed_locks_share_a_lock_per_key_and_keep_none_unused() -> None:
+    """Given two handlers on one key, Then they get one lock (the second waits) and another key gets its
+    own; once nobody holds or awaits them, no lock is kept (none outlives its resource)."""
+    locks = KeyedLocks()
+    async with locks(("ns", "a")):
+        assert locks(("ns", "a")).locked() and not locks(("ns", "b")).locked()
+    assert len(locks) == 0
+
