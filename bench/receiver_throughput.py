@@ -292,7 +292,8 @@ def _bench_config(port: int, sink: str, bootstrap: str | None, topic: str) -> di
         "auth": {"bearerTokenEnv": "KCT_BENCH_TOKEN"},
         "quotas": {"enabled": True, "defaultByteRate": 1e12, "defaultPushRate": 1e9},
         "kafka": {"bootstrapServers": bootstrap or "unused:9092", "topic": topic,
-                  "producerProperties": {"linger.ms": 5}},
+                  # the local stack's broker creates the bench topic on first use (no operator here)
+                  "producerProperties": {"linger.ms": 5, "allow.auto.create.topics": True}},
         "logging": {"level": "WARNING", "format": "json"},
         "limits": {"maxInflightRequests": 4096},
     }

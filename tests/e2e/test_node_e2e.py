@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import eventually
 from node_support import NodeStack, Release, telemetry_receiver, wait_ready
 from plugin_support import client_metrics_subscription
@@ -156,7 +156,7 @@ def test_service_name_resolves_in_a_pod(node_stack: NodeStack, web: Web) -> None
 RECEIVER_CONFIG = """\
 listen: {host: 0.0.0.0, port: 4318}
 auth: {bearerTokenFile: /etc/kct/token/token}
-kafka: {bootstrapServers: "%s"}
+kafka: {bootstrapServers: "%s", topic: "%s"}
 """
 
 # From the node's host namespace: /healthz, then a push without the token and one with a wrong token.
@@ -177,13 +177,14 @@ print(status(base + "/healthz")[0], status(base + "/readyz")[0], status(push({})
 """
 
 
-def _receiver_objects(namespace: str, image: str, token: str, bootstrap: str) -> list[dict[str, Any]]:
-    """A receiver pod as the operator renders one: non-root, read-only root filesystem, token from a Secret."""
+def _receiver_objects(namespace: str, image: str, token: str, bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """A receiver pod as the operator renders one: non-root, read-only root filesystem, token from a Secret;
+    `topic` must exist (the operator creates it; a receiver never does)."""
     return [
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "receiver-token", "namespace": namespace},
          "stringData": {"token": token}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "receiver", "namespace": namespace},
-         "data": {"receiver.yaml": RECEIVER_CONFIG % bootstrap}},
+         "data": {"receiver.yaml": RECEIVER_CONFIG % (bootstrap, topic)}},
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "receiver", "namespace": namespace},
          "spec": {
              "automountServiceAccountToken": False,
@@ -212,14 +213,19 @@ def test_receiver_pod_runs_from_the_runtime_image(node_stack: NodeStack, web: We
     """Given our runtime image (built from the Dockerfile by `make images`) imported into the node
     When a receiver pod runs it as the operator renders one (uid 10001, read-only root filesystem), with the
     node stack's Kafka on the node's address as its sink
+    and its topic, created first as the operator does
     Then the pod becomes Ready (its /readyz says Kafka answers), and from the node's host namespace /healthz
     and /readyz answer 200 while pushes without the token, or with a wrong one, are refused with 401."""
     if node_stack.kct_image is None:
         missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
-    token = uuid.uuid4().hex
+    token, topic = uuid.uuid4().hex, f"kct-node-receiver-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": node_stack.kafka_bootstrap})
+    for created in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+        created.result(timeout=30)
     node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(
         {"apiVersion": "v1", "kind": "List",
-         "items": _receiver_objects(web.namespace, node_stack.kct_image, token, node_stack.kafka_pod_bootstrap)}))
+         "items": _receiver_objects(web.namespace, node_stack.kct_image, token, node_stack.kafka_pod_bootstrap,
+                                    topic)}))
 
     def ready() -> dict[str, Any] | None:
         pod: dict[str, Any] = node_stack.get("pod", "receiver", "-n", web.namespace)
