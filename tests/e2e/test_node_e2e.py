@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aggregation_support import create_topic
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from helpers import eventually
 from node_support import NodeStack, Release, telemetry_receiver, wait_ready
 from plugin_support import client_metrics_subscription
@@ -218,10 +219,8 @@ def test_receiver_pod_runs_from_the_runtime_image(node_stack: NodeStack, web: We
     and /readyz answer 200 while pushes without the token, or with a wrong one, are refused with 401."""
     if node_stack.kct_image is None:
         missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
-    token, topic = uuid.uuid4().hex, f"kct-node-receiver-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": node_stack.kafka_bootstrap})
-    for created in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
-        created.result(timeout=30)
+    token = uuid.uuid4().hex
+    topic = create_topic(node_stack.kafka_bootstrap, partitions=1, prefix="kct-node-receiver")
     node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(
         {"apiVersion": "v1", "kind": "List",
          "items": _receiver_objects(web.namespace, node_stack.kct_image, token, node_stack.kafka_pod_bootstrap,

@@ -23,7 +23,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from helpers import wait_for_client_metrics
+from aggregation_support import delete_topics
+from helpers import eventually, wait_for_client_metrics
 from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
@@ -54,14 +55,6 @@ def _topic_exists(bootstrap: str, topic: str) -> bool:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return topic in admin.list_topics(timeout=10).topics
-
-
-def _delete_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics([topic]).values():
-        future.result(timeout=30)
 
 
 def _read_topic(bootstrap: str, topic: str, *, idle_s: float = 5.0, limit_s: float = 60.0) -> list[Any]:
@@ -355,11 +348,9 @@ def test_a_topic_deleted_under_the_receiver_stays_deleted_and_the_receiver_not_r
     topic = f"kct-e2e-gone-{uuid.uuid4().hex[:8]}"
     _create_topic(stack.kafka_bootstrap, topic)
     receiver = run_receiver(topic)  # readinessIntervalMs 500
-    _delete_topic(stack.kafka_bootstrap, topic)
-    deadline = time.monotonic() + 30
-    while receiver.status("/readyz") != 503:
-        assert time.monotonic() < deadline, f"still ready without its topic:\n{receiver.log.read_text()}"
-        time.sleep(0.2)
+    delete_topics(stack.kafka_bootstrap, [topic])
+    eventually(lambda: receiver.status("/readyz") == 503, timeout=30, what="/readyz to answer 503 without the topic",
+               interval=0.2)
     # Ten probe intervals: with auto-creation the first probe after the deletion re-created the topic.
     for _ in range(10):
         time.sleep(0.5)
@@ -367,10 +358,9 @@ def test_a_topic_deleted_under_the_receiver_stays_deleted_and_the_receiver_not_r
         assert receiver.status("/readyz") == 503
     assert "unavailable" in receiver.log.read_text()
     _create_topic(stack.kafka_bootstrap, topic)
-    deadline = time.monotonic() + 30
-    while receiver.status("/readyz") != 200:
-        assert receiver.process.poll() is None and time.monotonic() < deadline, receiver.log.read_text()
-        time.sleep(0.2)
+    eventually(lambda: receiver.status("/readyz") == 200, timeout=30, what="/readyz to answer 200 again",
+               interval=0.2)
+    assert receiver.process.poll() is None, receiver.log.read_text()
 
 
 def test_chaos_kafka_down_30s_then_receiver_killed_no_acknowledged_push_lost(stack: Any, run_receiver: Any) -> None:

@@ -152,9 +152,8 @@ class ReceiverHandlers:
     async def reconcile(self, body: kopf.Body, memo: kopf.Memo, retry: int) -> Outcome | None:
         """Under the receiver's lock; None when the resource is being deleted (the delete handler owns it
         then: kopf's body is a live view)."""
-        metadata = body.get("metadata") or {}
-        async with self.locks((metadata.get("namespace"), metadata.get("name"))):
-            if metadata.get("deletionTimestamp"):
+        async with self.locks(_key(body)):
+            if (body.get("metadata") or {}).get("deletionTimestamp"):
                 return None
             return await self._reconcile(body, memo, retry)
 
@@ -187,7 +186,7 @@ class ReceiverHandlers:
 
     async def on_delete(self, body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
         """After any reconcile in flight (it could otherwise create the topic again afterwards)."""
-        async with self.locks((body.metadata.namespace, body.metadata.name)):
+        async with self.locks(_key(body)):
             outcome = await asyncio.to_thread(
                 delete_receiver,
                 ReceiverResource.from_body(body),
@@ -239,6 +238,12 @@ class ReceiverHandlers:
             if all(shown.get(key) == value for key, value in application_state(body).items()):
                 return
         await self.reconcile_owner(namespace, name, memo)
+
+
+def _key(body: Mapping[str, Any]) -> tuple[str, str]:
+    """A receiver's key in `ReceiverHandlers.locks`: (namespace, name), as `reconcile_owner` is called with."""
+    metadata = body.get("metadata") or {}
+    return str(metadata.get("namespace")), str(metadata.get("name"))
 
 
 def _deployment_settled(body: Mapping[str, Any]) -> bool:

@@ -271,4 +271,3 @@ async def test_keyed_locks_share_a_lock_per_key_and_keep_none_unused() -> None:
     async with locks(("ns", "a")):
         assert locks(("ns", "a")).locked() and not locks(("ns", "b")).locked()
     assert len(locks) == 0
-
