@@ -17,9 +17,10 @@ batch transforms over the points of the windows it finalizes, and carries a smal
 With ClientWindows (`advance_records`, kct.aggregation.client_windows) the micro-batches are records, not
 points, and `pending` holds the *records* with a point in a window not final yet (each record's point time
 range, `_times`, is read in Java without point rows): a record is kept until its newest point's window is
-final, and each micro-batch aggregates the kept and new records over the points of the windows it
-finalizes only ([final_before before, final_before now)), so a window is computed once, from all of its
-points, as the point path does. Late points (before the earlier final_before) are ignored and counted.
+final, and each micro-batch aggregates those of the kept and new records with a point in the windows it
+finalizes ([final_before before, final_before now)), over those points only, so a window is computed once,
+from all of its points, as the point path does; a record with no point there stays pending without being
+decoded. Late points (before the earlier final_before) are ignored and counted.
 
 `advance` and `advance_records` are pure Spark (DataFrames in, DataFrames out); `StateStore` keeps one
 state per micro-batch id on the checkpoint's file system, written before Spark commits the batch and read
@@ -190,8 +191,13 @@ def advance_records(state: StreamState, records: DataFrame, *, window_seconds: i
     if state.final_before_s is not None and final_before <= state.final_before_s:
         return Advance(None, late, StreamState(pending=next_pending, last=state.last, max_time_ns=max_time,
                                                final_before_s=final_before, records=True), also=extra)
+    # ClientWindows ignores the points from `final_before` on, so a record whose points all lie there adds
+    # nothing to this micro-batch's rows: it stays pending, but is neither shuffled nor decoded now. With a
+    # trigger shorter than the watermark, a record would otherwise go through ClientWindows in every
+    # micro-batch it is pending in, not only in the ones that finalize its windows.
+    due = everything.where(F.col("_times")[0] < time_bound(spark, final_before * _NS))
     rows = client_metrics_and_last_rows(
-        everything, window_seconds=window_seconds, lookback_windows=lookback_windows, previous=state.last,
+        due, window_seconds=window_seconds, lookback_windows=lookback_windows, previous=state.last,
         from_ns=None if state.final_before_s is None else state.final_before_s * _NS, until_ns=final_before * _NS)
     # A series' last point older than this can never be the previous point of a window still to come.
     horizon_ns = (final_before - int(lookback_windows) * int(window_seconds)) * _NS

@@ -145,6 +145,39 @@ def test_jvm_stream_drops_and_counts_points_late_beyond_the_watermark_as_the_sql
     assert [rows for rows, _ in jvm_steps] == [rows for rows, _ in sql]
 
 
+def test_jvm_stream_hands_clientwindows_only_records_with_a_point_in_the_windows_it_finalizes(
+        jvm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the test records in micro-batches of 150 s (watermark 120 s: each micro-batch's newest records
+    have all their points in windows not final yet),
+    When the JVM stream advances over them,
+    Then no record whose points all lie in windows not final goes to ClientWindows (it stays pending, and is
+    aggregated in the micro-batch that finalizes its windows: the other tests compare the rows), and there
+    were such records to leave out."""
+    from pyspark.sql import functions as F
+
+    from kct.aggregation import client_windows
+
+    handed_too_early: list[int] = []
+    aggregate = client_windows.client_metrics_and_last_rows
+
+    def spy(records: Any, **kwargs: Any) -> Any:
+        not_due = records.where(F.col("_times")[0] >= F.lit(kwargs["until_ns"]))
+        handed_too_early.append(not_due.count())
+        return aggregate(records, **kwargs)
+
+    monkeypatch.setattr(client_windows, "client_metrics_and_last_rows", spy)
+    records, batches = staged(jvm, late_beyond=False)
+    store = StateStore(jvm, str(tmp_path / "jvm"))
+    left_pending = 0
+    for b in range(batches):
+        run_jvm(jvm, store, b, records.where(F.col("_b") == b).drop("_b"))
+        state = store.load(b + 1)
+        if state.pending is not None and state.final_before_s is not None:
+            left_pending += state.pending.where(F.col("_times")[0] >= F.lit(state.final_before_s * S)).count()
+    assert handed_too_early and handed_too_early == [0] * len(handed_too_early), handed_too_early
+    assert left_pending > 0
+
+
 def test_jvm_stream_replay_and_restart_give_the_uninterrupted_result(jvm: Any, tmp_path: Path) -> None:
     """Given the test records in micro-batches,
     When the third micro-batch runs twice (a crash after its state was saved, before Spark committed it) and
