@@ -128,6 +128,9 @@ def parse_spark(output: str) -> list[Figure]:
         match = re.search(rf"ratio\s+{which} / bare = ([\d.]+)", output)
         if match:
             figures.append((f"ratio {which} / bare (same run)", match.group(1)))
+    match = re.search(r"ratio\s+batch / bare, each the first run[^=]*= ([\d.]+)", output)
+    if match:
+        figures.append(("ratio batch / bare, each the first run in a fresh JVM", match.group(1)))
     match = re.search(r"^\s+demo\s+([\d.]+) s", output, re.MULTILINE)
     if match:
         figures.append(("demo-sized run_batch after JVM start", f"{_num(match.group(1)):.1f} s"))
