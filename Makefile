@@ -56,7 +56,8 @@ stack-install:  ## download and build what the local stack runs (kube-apiserver,
 # The image tests read the archive `make images` writes, the e2e tests the stack's binaries and the Spark
 # jars: building them (downloads, a cold Go build of the API server) happens here, never inside a test's timeout.
 pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	@mkdir -p build
+	$(VENV)/bin/pytest --durations=25 --junitxml=build/pytest-junit.xml $(PYTEST_ARGS)
 
 unit: venv images spark-jars spark-operator  ## only the tests that need no server
 	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
