@@ -245,8 +245,9 @@ def _cell(text: str) -> str:
 
 
 def results_markdown(rows: Sequence[tuple[str, str, str]], results: Mapping[str, Mapping[str, object]], *,
-                     when: dt.datetime, where: str, code: str, full: bool) -> str:
-    """docs/benchmarks/results.md: the run's table with when, where and what was measured."""
+                     when: dt.datetime, where: str, code: str, full: bool, guide: str = "../benchmarks.md") -> str:
+    """docs/benchmarks/results.md: the run's table with when, where and what was measured (`guide`: the
+    link to docs/benchmarks.md from where the file is written)."""
     lines = [
         "<!-- Written by `make bench` (bench/run_all.py); do not edit: run it again. -->",
         "# Benchmark results",
@@ -256,7 +257,7 @@ def results_markdown(rows: Sequence[tuple[str, str, str]], results: Mapping[str,
         f"- machine: {where}",
         f"- commit: `{code}`",
         "",
-        "What each benchmark measures and how to run it alone: [benchmarks.md](../benchmarks.md).",
+        f"What each benchmark measures and how to run it alone: [benchmarks.md]({guide}).",
         "",
         "| benchmark | figure | value |",
         "|---|---|---|",
@@ -307,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     every = wanted == {b.name for b in BENCHES}
     results_md = RESULTS_MD if every else OUT / "results.md"
     results_md.parent.mkdir(parents=True, exist_ok=True)
-    results_md.write_text(results_markdown(rows, results, when=started, where=where, code=code, full=args.full))
+    guide = os.path.relpath(REPO / "docs" / "benchmarks.md", results_md.parent)
+    results_md.write_text(results_markdown(rows, results, when=started, where=where, code=code, full=args.full,
+                                           guide=guide))
     print()
     print(f"Figures ({'full' if args.full else 'quick'} settings, {os.cpu_count()} cores shared with other work; "
           "details in build/bench/*.log, build/bench/results.json)")
