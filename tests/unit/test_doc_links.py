@@ -1,15 +1,17 @@
-"""The docs a user reads link to files that exist: every relative link in README.md, spark/README.md and
-docs/**/*.md resolves to a file or folder of the repository."""
+"""The docs a user reads link to files that exist: every relative link in a Markdown file the repository
+tracks (README.md, docs/**, the component READMEs) resolves to a file or folder of the repository."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = sorted([REPO / "README.md", REPO / "spark" / "README.md", *(REPO / "docs").rglob("*.md")])
+DOCS = sorted(REPO / name for name in subprocess.run(["git", "ls-files", "*.md"], cwd=REPO, capture_output=True,
+                                                     text=True, check=True).stdout.split())
 
 # [text](target) and [text](target "title"); images too. Fenced code blocks are left out before matching.
 _LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
