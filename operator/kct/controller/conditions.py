@@ -4,7 +4,8 @@ A condition is `{type, status, reason, message, observedGeneration, lastTransiti
 (metav1.Condition). `set_condition` returns a new list where the condition of that type is replaced,
 keeping `lastTransitionTime` when `status` did not change, so `kubectl wait`, Flux's kstatus and
 Argo CD see a stable history. Every reason any controller writes is a member of `Reason`: one place
-to look up what a reason means, and no typos between writers and readers (tests, docs, alerts).
+to look up what a reason means, and no typos between writers and readers (tests, docs, alerts). Which
+reason an error stands for is decided in one place too: `kct.controller.reasons`.
 """
 
 from __future__ import annotations
@@ -54,15 +55,15 @@ class Reason(StrEnum):
     KAFKA_NOT_AUTHORIZED = "KafkaNotAuthorized"
     """Authentication failed or ACLs are missing; retried with backoff."""
     KAFKA_REJECTED = "KafkaRejected"
-    """The broker refused the configs; fix the spec."""
+    """The broker refused the configs or the topic; fix the spec (not retried: the resync looks again)."""
     KAFKA_ERROR = "KafkaError"
     """Any other Kafka error; retried with backoff."""
     KAFKA_CONNECTION_INVALID = "KafkaConnectionInvalid"
-    """No cluster configured, or the connection Secret is missing or unusable."""
+    """No cluster configured, or the connection Secret is missing or unusable; retried slowly."""
     PAUSED = "Paused"
+    """The pause annotation is set; the operator leaves the external state alone."""
     CLEANUP_ABANDONED = "CleanupAbandoned"
     """Event: a deleted resource's Kafka connection (its Secret) is gone, so its configs were left on the broker."""
-    """The pause annotation is set; the operator leaves the external state alone."""
     INTERVAL_ABOVE_BROKER_CAP = "IntervalAboveBrokerCap"
     INTERVAL_WITHIN_BROKER_CAP = "IntervalWithinBrokerCap"
     DRIFT_REVERTED = "DriftReverted"

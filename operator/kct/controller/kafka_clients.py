@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 from kct.api.subscription import KafkaConnection
-from kct.controller.kernel import ConnectionProblem, SecretMissing
+from kct.controller.kernel import NO_DEFAULT_CLUSTER, ConnectionProblem, SecretMissing
 from kct.kafka.port import ClientMetricsAdmin
 
 __all__ = [
@@ -137,9 +137,7 @@ class AdminPool(Generic[Admin]):
     def __call__(self, connection: KafkaConnection | None, namespace: str) -> Admin:
         if connection is None:
             if not self.default_bootstrap:
-                raise ConnectionProblem(
-                    "not set and the operator has no default cluster (set KAFKA_BOOTSTRAP_SERVERS)"
-                )
+                raise ConnectionProblem(NO_DEFAULT_CLUSTER)
             return self._get((self.default_bootstrap, "", ""), self.default_bootstrap, self.default_properties)
         properties: dict[str, str] = {}
         secret_key, version = "", ""

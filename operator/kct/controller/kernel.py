@@ -14,11 +14,12 @@ import datetime as dt
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kct.controller.conditions import ConditionType, Reason, find_condition, remove_condition, set_condition
 
 __all__ = [
+    "NO_DEFAULT_CLUSTER",
     "ConditionTracker",
     "ConnectionProblem",
     "Event",
@@ -34,6 +35,10 @@ __all__ = [
 
 class ConnectionProblem(ValueError):
     """The Kafka connection cannot be built (no cluster configured, Secret missing or unusable)."""
+
+
+NO_DEFAULT_CLUSTER: Final = "not set and the operator has no default cluster (set KAFKA_BOOTSTRAP_SERVERS)"
+"""The `ConnectionProblem` of a resource without spec.kafka when the operator has no default cluster."""
 
 
 class SecretMissing(ConnectionProblem):

@@ -33,7 +33,6 @@ from kct.api.subscription import (
 from kct.controller.conditions import ConditionType, Reason, now_rfc3339
 from kct.controller.kernel import (
     ConditionTracker,
-    ConnectionProblem,
     Event,
     Outcome,
     SecretMissing,
@@ -41,16 +40,10 @@ from kct.controller.kernel import (
     backoff,
     stopped_outcome,
 )
+from kct.controller.reasons import KAFKA_PROBLEMS, invalid_spec_stop, kafka_stop
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
 from kct.kafka.clientmetrics import config_changes, desired_configs
-from kct.kafka.errors import (
-    InvalidClientMetricsConfigError,
-    KafkaAdminError,
-    KafkaNotAuthorizedError,
-    KafkaUnreachableError,
-)
 from kct.kafka.port import ClientMetricsAdmin
-from kct.validation import format_validation_error
 
 __all__ = [
     "PAUSE_ANNOTATION",
@@ -130,8 +123,7 @@ def parse_spec(resource: SubscriptionResource) -> ClientMetricsSubscriptionSpec:
     try:
         return ClientMetricsSubscriptionSpec.model_validate(dict(resource.spec))
     except ValidationError as error:
-        message = f"{format_validation_error(error)}; nothing was sent to Kafka"
-        raise StopReconcile(Reason.INVALID_SPEC, message) from None
+        raise invalid_spec_stop(error, untouched="nothing was sent to Kafka") from None
 
 
 def check_ownership(resource: SubscriptionResource, claims: Iterable[Claim]) -> None:
@@ -168,21 +160,9 @@ def sync_configs(
         changes = config_changes(dict(desired), actual)
         if changes:
             admin.alter_subscription(name, changes.set_configs, changes.delete_configs)
-    except ConnectionProblem as error:
-        message = f"spec.kafka: {error}"
-        raise StopReconcile(Reason.KAFKA_CONNECTION_INVALID, message, retry_scale=5.0, warn=False) from None
-    except InvalidClientMetricsConfigError as error:
-        # The broker refused the spec: retrying will not help, a new spec will.
-        message = f"the broker refused CLIENT_METRICS {name!r} configs {dict(desired)}: {error}"
-        raise StopReconcile(Reason.KAFKA_REJECTED, message) from None
-    except KafkaAdminError as error:
-        reason = {
-            KafkaUnreachableError: Reason.KAFKA_UNREACHABLE,
-            KafkaNotAuthorizedError: Reason.KAFKA_NOT_AUTHORIZED,
-        }.get(type(error), Reason.KAFKA_ERROR)
-        slow = 5.0 if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
-        message = f"{reason}: {_servers(spec, admin_for)}: {error}"
-        raise StopReconcile(reason, message, retry_scale=slow, warn=False) from None
+    except KAFKA_PROBLEMS as error:
+        refused = f"the broker refused CLIENT_METRICS {name!r} configs {dict(desired)}"
+        raise kafka_stop(error, servers=_servers(spec, admin_for), refused=refused) from None
     servers = getattr(admin, "bootstrap_servers", None) or (spec.kafka.bootstrap_servers if spec.kafka else None)
     return ConfigSync(actual, bool(changes), servers)
 
@@ -286,7 +266,7 @@ def delete_subscription(
                 return _abandon_cleanup(name, str(missing))
             admin = missing.last_known  # the Secret went first (a namespace deletion): its last data still works
         admin.delete_subscription(name)
-    except (KafkaAdminError, ConnectionProblem) as error:
+    except KAFKA_PROBLEMS as error:
         message = f"cannot delete CLIENT_METRICS {name!r}: {error}"
         return Outcome({}, retry_after=backoff(retry, backoff_base, backoff_max), error=message)
     return Outcome({})

@@ -35,6 +35,7 @@ from kct.api.telemetry_receiver import TelemetryReceiverSpec, TelemetryReceiverS
 from kct.controller.children import ApplyRefused, ChildrenClient, KindNotInstalled
 from kct.controller.conditions import ConditionType, Reason, now_rfc3339
 from kct.controller.kernel import (
+    NO_DEFAULT_CLUSTER,
     ConditionTracker,
     ConnectionProblem,
     Event,
@@ -43,18 +44,12 @@ from kct.controller.kernel import (
     backoff,
     stopped_outcome,
 )
+from kct.controller.reasons import KAFKA_PROBLEMS, apply_stop, connection_stop, invalid_spec_stop, kafka_stop
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
-from kct.kafka.errors import (
-    InvalidClientMetricsConfigError,
-    KafkaAdminError,
-    KafkaNotAuthorizedError,
-    KafkaUnreachableError,
-)
 from kct.kafka.topics import TopicAdmin, TopicPlan, TopicState, plan_topic
 from kct.render import CHILD_KINDS, render_children
 from kct.render.names import CONFIG_HASH_ANNOTATION, ChildNames, owned_selector
 from kct.render.params import ReceiverParams
-from kct.validation import format_validation_error
 
 __all__ = [
     "AppliedChildren",
@@ -79,8 +74,6 @@ __all__ = [
 # (connection from the spec or None for the default cluster, namespace) -> admin of that cluster
 TopicAdminFactory = Callable[[KafkaConnection | None, str], TopicAdmin]
 SPARK_KINDS: Final = frozenset({"SparkApplication", "ScheduledSparkApplication"})
-KAFKA_SLOWDOWN: Final = 5.0
-"""Backoff multiplier for problems a quick retry will not fix (a bad connection, a refused topic)."""
 
 
 class ReceiverResource(ResourceView):
@@ -146,13 +139,10 @@ def parse_spec(resource: ReceiverResource, default_bootstrap: str | None) -> tup
     try:
         spec = parse_receiver_spec(dict(resource.spec))
     except ValidationError as error:
-        raise StopReconcile(Reason.INVALID_SPEC, f"{format_validation_error(error)}; nothing was applied") from None
+        raise invalid_spec_stop(error, untouched="nothing was applied") from None
     bootstrap = spec.kafka.bootstrap_servers if spec.kafka is not None else default_bootstrap
     if not bootstrap:
-        raise StopReconcile(
-            Reason.KAFKA_CONNECTION_INVALID,
-            "spec.kafka: not set and the operator has no default cluster (set KAFKA_BOOTSTRAP_SERVERS)",
-        )
+        raise connection_stop(ConnectionProblem(NO_DEFAULT_CLUSTER))
     return spec, bootstrap
 
 
@@ -181,7 +171,7 @@ def resolve_token(
     try:
         return _existing_token(children, resource.namespace, ChildNames(resource.name).token_secret) or new_token()
     except ApplyRefused as error:
-        raise StopReconcile(Reason.APPLY_FAILED, str(error), retry_scale=1.0) from None
+        raise apply_stop(error) from None
 
 
 def plan_receiver(
@@ -192,7 +182,7 @@ def plan_receiver(
     try:
         children = tuple(render_children(params))
     except ValueError as error:  # a setting the receiver's own config model refuses
-        raise StopReconcile(Reason.INVALID_SPEC, f"{error}; nothing was applied") from None
+        raise invalid_spec_stop(error, untouched="nothing was applied") from None
     return ReceiverPlan(params, children)
 
 
@@ -218,10 +208,10 @@ def apply_children(plan: ReceiverPlan, children: ChildrenClient) -> AppliedChild
             bodies[kind] = children.apply(manifest)
         except KindNotInstalled as error:
             if kind not in SPARK_KINDS:
-                raise StopReconcile(Reason.APPLY_FAILED, str(error), retry_scale=1.0) from None
+                raise apply_stop(error) from None
             spark_missing = True
         except ApplyRefused as error:
-            raise StopReconcile(Reason.APPLY_FAILED, str(error), retry_scale=1.0) from None
+            raise apply_stop(error) from None
     return AppliedChildren(bodies, spark_missing)
 
 
@@ -279,18 +269,6 @@ class TopicResult:
     events: tuple[Event, ...] = ()
 
 
-def _kafka_stop(error: KafkaAdminError, bootstrap: str) -> StopReconcile:
-    reason = {
-        KafkaUnreachableError: Reason.KAFKA_UNREACHABLE,
-        KafkaNotAuthorizedError: Reason.KAFKA_NOT_AUTHORIZED,
-    }.get(type(error), Reason.KAFKA_ERROR)
-    scale = KAFKA_SLOWDOWN if reason is Reason.KAFKA_NOT_AUTHORIZED else 1.0
-    # No Warning event: an outage is reported in status and retried, not announced on every try.
-    return StopReconcile(
-        reason, f"{reason}: {bootstrap}: {error}", retry_scale=scale, warn=False, also=ConditionType.TOPIC_READY
-    )
-
-
 def sync_topic(plan: ReceiverPlan, admin_for: TopicAdminFactory, namespace: str) -> TopicResult:
     """Create the topic, grow its partitions and converge its configs; never shrink it."""
     topic = plan.spec.topic
@@ -312,17 +290,10 @@ def sync_topic(plan: ReceiverPlan, admin_for: TopicAdminFactory, namespace: str)
             admin.alter_topic_configs(topic.name, topic_plan.set_configs)
         if topic_plan.changes:
             actual = admin.describe_topic(topic.name) or TopicState(topic.name, topic.partitions, 0)
-    except ConnectionProblem as error:
-        raise StopReconcile(
-            Reason.KAFKA_CONNECTION_INVALID, f"spec.kafka: {error}", retry_scale=KAFKA_SLOWDOWN
-        ) from None
-    except InvalidClientMetricsConfigError as error:
-        message = f"spec.topic: the broker refused topic {topic.name!r}: {error}"
-        raise StopReconcile(
-            Reason.KAFKA_REJECTED, message, retry_scale=KAFKA_SLOWDOWN, also=ConditionType.TOPIC_READY
-        ) from None
-    except KafkaAdminError as error:
-        raise _kafka_stop(error, plan.bootstrap) from None
+    except KAFKA_PROBLEMS as error:
+        # TopicReady goes False with Ready: whatever stopped the talk to Kafka, the topic was not checked.
+        refused = f"spec.topic: the broker refused topic {topic.name!r}"
+        raise kafka_stop(error, servers=plan.bootstrap, refused=refused, also=ConditionType.TOPIC_READY) from None
     partitions = actual.partitions if actual is not None else 0
     return TopicResult(partitions, topic_plan, tuple(events))
 
@@ -518,7 +489,7 @@ def delete_receiver(
         return Outcome({})
     try:
         topic_admin_for(spec.kafka, resource.namespace).delete_topic(spec.topic.name)
-    except (KafkaAdminError, ConnectionProblem) as error:
+    except KAFKA_PROBLEMS as error:
         message = f"cannot delete topic {spec.topic.name!r}: {error}"
         return Outcome({}, retry_after=backoff(retry, backoff_base, backoff_max), error=message)
     return Outcome({}, events=(Event("Normal", "TopicDeleted", f"deleted topic {spec.topic.name!r}"),))

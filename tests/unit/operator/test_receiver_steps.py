@@ -5,6 +5,7 @@ to one step shows up in its own test."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from kct.api.subscription import KafkaConnection
 from kct.controller.children import InMemoryChildren
 from kct.controller.conditions import Reason
+from kct.controller.kernel import NO_DEFAULT_CLUSTER, SecretMissing
 from kct.controller.telemetry_receiver import (
     ReceiverResource,
     StopReconcile,
@@ -22,6 +24,7 @@ from kct.controller.telemetry_receiver import (
     resolve_token,
     sync_topic,
 )
+from kct.kafka.errors import InvalidClientMetricsConfigError
 from kct.kafka.fake import InMemoryTopicAdmin
 from kct.kafka.topics import TopicAdmin
 from kct.render.names import CONFIG_HASH_ANNOTATION
@@ -69,6 +72,8 @@ def test_parse_spec_without_any_cluster_is_a_connection_problem() -> None:
     with pytest.raises(StopReconcile) as stopped:
         parse_spec(resource({}), None)
     assert stopped.value.reason is Reason.KAFKA_CONNECTION_INVALID
+    # Worded and retried as the subscription controller's (its admin pool raises the same ConnectionProblem).
+    assert stopped.value.message == f"spec.kafka: {NO_DEFAULT_CLUSTER}" and stopped.value.retry_scale == 5.0
 
 
 def test_the_generated_token_is_read_back_and_only_made_when_missing() -> None:
@@ -144,3 +149,35 @@ def test_sync_topic_stops_without_a_warning_while_kafka_is_unreachable() -> None
     assert stopped.value.reason is Reason.KAFKA_UNREACHABLE
     assert stopped.value.also == "TopicReady" and not stopped.value.warn and stopped.value.retry_scale == 1.0
     assert kafka.topics == {}
+
+
+class RefusingTopicAdmin(InMemoryTopicAdmin):
+    """A broker whose topic policy refuses the topic (a PolicyViolation, as kafka-python reports it)."""
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int | None, configs: Mapping[str, str]
+    ) -> None:
+        raise InvalidClientMetricsConfigError(f"[Error 44] PolicyViolationError: topic {name} refused")
+
+
+def test_sync_topic_stops_a_refused_topic_with_a_warning_and_no_retry() -> None:
+    """Given a broker refusing the topic, Then KafkaRejected naming spec.topic, TopicReady=False, a Warning, and
+    no retry: the spec (or the broker's policy) must change first, and the periodic resync looks again."""
+    with pytest.raises(StopReconcile) as stopped:
+        sync_topic(plan_for({"topic": {"name": "raw"}}), admin_of(RefusingTopicAdmin()), "ns")
+    assert stopped.value.reason is Reason.KAFKA_REJECTED and stopped.value.message.startswith("spec.topic: ")
+    assert stopped.value.also == "TopicReady" and stopped.value.warn and stopped.value.retry_scale is None
+
+
+def test_sync_topic_stops_a_missing_connection_secret_with_a_warning_and_a_slow_retry() -> None:
+    """Given spec.kafka's Secret missing, Then KafkaConnectionInvalid naming spec.kafka, TopicReady=False (the
+    topic could not be checked), a Warning (a human must act), and a slow retry."""
+
+    def admin_for(connection: KafkaConnection | None, namespace: str) -> TopicAdmin:
+        raise SecretMissing("secretRef: Secret ns/kafka not found")
+
+    with pytest.raises(StopReconcile) as stopped:
+        sync_topic(plan_for({"topic": {"name": "raw"}}), admin_for, "ns")
+    assert stopped.value.reason is Reason.KAFKA_CONNECTION_INVALID
+    assert stopped.value.message == "spec.kafka: secretRef: Secret ns/kafka not found"
+    assert stopped.value.also == "TopicReady" and stopped.value.warn and stopped.value.retry_scale == 5.0

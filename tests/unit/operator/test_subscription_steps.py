@@ -8,7 +8,7 @@ import pytest
 
 from kct.api.subscription import KafkaConnection
 from kct.controller.conditions import Reason
-from kct.controller.kernel import StopReconcile
+from kct.controller.kernel import SecretMissing, StopReconcile
 from kct.controller.subscription import (
     Claim,
     SubscriptionResource,
@@ -70,3 +70,18 @@ def test_sync_configs_retries_an_outage_quietly_and_a_refusal_not_at_all() -> No
     with pytest.raises(StopReconcile) as refused:
         sync_configs(spec, desired_configs(spec), admin_of(refusing), "team-a", "checkout")
     assert refused.value.reason is Reason.KAFKA_REJECTED and refused.value.retry_scale is None and refused.value.warn
+
+
+def test_sync_configs_announces_a_missing_connection_secret_and_retries_it_slowly() -> None:
+    """Given spec.kafka's Secret missing, Then KafkaConnectionInvalid naming spec.kafka, with a Warning (a human
+    must act; it is posted once per new problem) and a slow retry, as the TelemetryReceiver controller does."""
+    spec = parse_spec(resource({"metrics": ["a."], "intervalMs": 1000}))
+
+    def admin_for(connection: KafkaConnection | None, namespace: str) -> ClientMetricsAdmin:
+        raise SecretMissing("secretRef: Secret team-a/kafka not found")
+
+    with pytest.raises(StopReconcile) as stopped:
+        sync_configs(spec, desired_configs(spec), admin_for, "team-a", "checkout")
+    assert stopped.value.reason is Reason.KAFKA_CONNECTION_INVALID and stopped.value.also is None
+    assert stopped.value.message == "spec.kafka: secretRef: Secret team-a/kafka not found"
+    assert stopped.value.warn and stopped.value.retry_scale == 5.0
