@@ -1,11 +1,12 @@
 """Generate the standalone Spark manifests under spark/ from the operator's builders; `--check` fails when stale.
 
 spark/*.yaml are what a TelemetryReceiver's aggregation is made of, for a cluster with the kubeflow
-spark-operator but no kct operator. They used to be written by hand next to `kct.render.spark`, which
-renders the same objects for the operator, and drifted from it. Now one example resource,
-`examples/spark-standalone.yaml`, goes through the builders themselves:
+spark-operator but no kct operator. So that they cannot drift from what the operator renders, they are
+not written by hand: one example resource, `examples/spark-standalone.yaml`, goes through the builders of
+`kct.render.spark` themselves:
 
-- `spark/aggregation-config.yaml`               `render_aggregation_configmap` and the example's claim;
+- `spark/aggregation-config.yaml`               `render_aggregation_configmap` and the claim `sinkClaimName` names
+                                                (the operator expects it to exist; standing alone, it is created);
 - `spark/sparkapplication-aggregation.yaml`     `render_spark_application` (streaming);
 - `spark/scheduledsparkapplication-hourly.yaml` `render_hourly_rollup_application`.
 
@@ -27,14 +28,24 @@ import yaml
 
 from kct.api.telemetry_receiver import parse_receiver_spec
 from kct.render import ReceiverParams
-from kct.render.names import OWNER_LABEL
+from kct.render.names import COMPONENT_AGGREGATION, OWNER_LABEL, child_labels
 from kct.render.spark import (
     render_aggregation_configmap,
     render_hourly_rollup_application,
     render_spark_application,
 )
 
-__all__ = ["EXAMPLE", "SPARK", "main", "spark_manifests", "stale_files", "write_files"]
+__all__ = [
+    "CLAIM_SIZE",
+    "EXAMPLE",
+    "SPARK",
+    "aggregates_claim",
+    "main",
+    "spark_manifests",
+    "stale_files",
+    "standalone",
+    "write_files",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 SPARK = REPO / "spark"
@@ -42,11 +53,32 @@ EXAMPLE = REPO / "examples" / "spark-standalone.yaml"
 
 Builder = Callable[[ReceiverParams], dict[str, Any] | None]
 
-# file under spark/ -> (what it is, the builders of its objects in apply order; None: the example's claim)
-_FILES: dict[str, tuple[str, tuple[Builder | None, ...]]] = {
+CLAIM_SIZE = "50Gi"
+"""The size of the claim the Parquet output and checkpoints live on (ReadWriteMany: driver and executors)."""
+
+
+def aggregates_claim(params: ReceiverParams) -> dict[str, Any] | None:
+    """The claim `spec.aggregation.sinkClaimName` names, or None without one."""
+    aggregation = params.spec.aggregation
+    if aggregation is None or not aggregation.sink_claim_name:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": aggregation.sink_claim_name,
+            "namespace": params.namespace,
+            "labels": child_labels(params.name, COMPONENT_AGGREGATION, params.version),
+        },
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": CLAIM_SIZE}}},
+    }
+
+
+# file under spark/ -> (what it is, the builders of its objects in apply order)
+_FILES: dict[str, tuple[str, tuple[Builder, ...]]] = {
     "aggregation-config.yaml": (
         "The job's config (ConfigMap) and the claim its Parquet output and checkpoints live on.",
-        (render_aggregation_configmap, None),
+        (render_aggregation_configmap, aggregates_claim),
     ),
     "sparkapplication-aggregation.yaml": (
         "The streaming aggregation (Structured Streaming, runs until deleted, resumes from its checkpoint).",
@@ -103,30 +135,26 @@ def standalone(node: Any) -> Any:
     }
 
 
-def _example(example: Path) -> tuple[ReceiverParams, list[dict[str, Any]]]:
-    """The example's TelemetryReceiver as the builders' params, and its other objects (the claim)."""
-    documents = [doc for doc in yaml.safe_load_all(example.read_text()) if doc]
-    receiver = next(doc for doc in documents if doc["kind"] == "TelemetryReceiver")
+def _example(example: Path) -> ReceiverParams:
+    """The example's TelemetryReceiver as the builders' params."""
+    receiver = yaml.safe_load(example.read_text())
     spec = parse_receiver_spec(receiver["spec"])
     if spec.kafka is None:
         raise ValueError(f"{example}: spec.kafka is required (a standalone job has no operator default)")
     metadata = receiver["metadata"]
     # No uid: ownerReferences are dropped, and nothing else the builders write depends on it.
     params = ReceiverParams(metadata["name"], metadata["namespace"], "", spec, spec.kafka.bootstrap_servers)
-    return params, [doc for doc in documents if doc is not receiver]
+    return params
 
 
 def spark_manifests(example: Path = EXAMPLE, spark: Path = SPARK) -> dict[Path, str]:
     """Every generated file under `spark` and the content it must have (`example` and `spark` differ from
     the defaults only in tests; the headers always name the default example)."""
-    params, others = _example(example)
+    params = _example(example)
     files: dict[Path, str] = {}
     for name, (what, builders) in _FILES.items():
         objects: list[dict[str, Any]] = []
         for build in builders:
-            if build is None:
-                objects.extend(others)
-                continue
             manifest = build(params)
             if manifest is None:
                 raise ValueError(f"{example}: spec.aggregation renders no object for spark/{name}")
