@@ -6,7 +6,7 @@
     │                                              DESCRIBE_CONFIGS on CLUSTER is missing: retry, slowly
     └── InvalidClientMetricsConfigError (+ ValueError) the broker refused the configs: the spec is wrong
 
-The controller maps each to a `Ready=False` reason; implementations map their library's errors here.
+`kct.controller.reasons` maps each to a `Ready=False` reason; implementations map their library's errors here.
 """
 
 from __future__ import annotations
