@@ -12,6 +12,7 @@ the next one starts.
                  and a Java producer (the release's own kafka-clients) push every second -> plugin ->
                  receiver -> topic, read back: pushes per client and the broker labels on them.
     run_wrong_class: the 4.2+ class on a broker without KIP-1217: the broker must stop at start-up.
+    run_load: a class on a broker, no clients: does it load (the 3.7+ class on 4.2+ brokers).
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev" / "stack"))
 import _proc  # noqa: E402  (dev/stack is not a package)
 import kafka_broker  # noqa: E402
-from kafka_versions import EXPORTER_CLASS, MATRIX, KafkaRelease  # noqa: E402
+from kafka_versions import EXPORTER_CLASS, MATRIX, RECEIVER_CLASS, KafkaRelease  # noqa: E402
 
-__all__ = ["EXPORTER_CLASS", "JAVA_CLIENT", "MATRIX", "REPO", "ClientPushes", "KafkaRelease", "MatrixRunner",
-           "ReleaseRun", "WrongClassRun", "compile_java_producer", "kafka_broker", "run_release", "run_wrong_class"]
+__all__ = ["EXPORTER_CLASS", "JAVA_CLIENT", "MATRIX", "RECEIVER_CLASS", "REPO", "ClientPushes", "KafkaRelease",
+           "LoadRun", "MatrixRunner", "ReleaseRun", "WrongClassRun", "compile_java_producer", "kafka_broker",
+           "run_load", "run_release", "run_wrong_class"]
 
 # Small heap and the C1 compiler only: a broker that serves a handful of clients for seconds starts in
 # about half the time (C2's compile threads compete for the 2 cores during start-up).
@@ -327,6 +329,32 @@ def _push_and_collect(run: ReleaseRun, release: KafkaRelease, bootstrap: str, pr
         consumer.close()
     reader.drain(quiet_s=5.0)
     run.keys_match_instance_ids = bool(reader.keys_match) and all(reader.keys_match)
+
+
+@dataclass
+class LoadRun:
+    release: KafkaRelease
+    plugin_class: str
+    broker_log: Path
+    apis: set[int] = field(default_factory=set)
+    class_configured: bool = False
+    forwarder_started: bool = False
+    wall_s: float = 0.0
+
+
+def run_load(release: KafkaRelease, root: Path, plugin_class: str) -> LoadRun:
+    """A broker with `plugin_class`: started, asked what it advertises, stopped (no clients)."""
+    started = time.monotonic()
+    workdir = _fresh_dir(root, f"kafka-{release.version}-{plugin_class.rpartition('.')[2]}")
+    with _broker(workdir, release, "http://127.0.0.1:9/v1/metrics", plugin_class, None) as (bootstrap, log):
+        run = LoadRun(release, plugin_class, log)
+        _broker_started(workdir, int(bootstrap.rpartition(":")[2]), log, started + READY_TIMEOUT_S)
+        run.apis = set(kafka_broker.api_versions(*_host_port(bootstrap)))
+        text = log.read_text(errors="replace")
+        run.class_configured = f"metric.reporters = [{plugin_class}]" in text
+        run.forwarder_started = "kct telemetry forwarder started" in text
+    run.wall_s = time.monotonic() - started
+    return run
 
 
 def run_wrong_class(release: KafkaRelease, root: Path) -> WrongClassRun:

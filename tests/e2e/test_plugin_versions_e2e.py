@@ -5,7 +5,8 @@ the plugin class the plugin's README names for it; a CLIENT_METRICS subscription
 operator's admin port; a librdkafka producer and consumer (confluent-kafka) and a Java producer (the
 release's own kafka-clients) push every second; the real receiver writes what the plugin forwards to a
 topic, which is read back: every client's pushes arrive with the broker-added labels. On the releases
-without KIP-1217 the 4.2+ class must stop the broker at start-up with the missing interface named.
+without KIP-1217 the 4.2+ class must stop the broker at start-up with the missing interface named; on 4.2
+and later the 3.7+ class must still load.
 
 Brokers run two at a time (tests/e2e/plugin_versions_support.py); the module prints the matrix table at
 its end (`pytest -s`) and writes it to build/plugin-version-matrix.md.
@@ -22,13 +23,16 @@ from plugin_versions_support import (
     EXPORTER_CLASS,
     JAVA_CLIENT,
     MATRIX,
+    RECEIVER_CLASS,
     REPO,
     KafkaRelease,
+    LoadRun,
     MatrixRunner,
     ReleaseRun,
     WrongClassRun,
     compile_java_producer,
     kafka_broker,
+    run_load,
     run_release,
     run_wrong_class,
 )
@@ -37,6 +41,7 @@ from preconditions import missing_precondition
 pytestmark = pytest.mark.e2e
 
 WITHOUT_EXPORTER_API = tuple(r for r in MATRIX if not r.has_exporter_api)
+WITH_EXPORTER_API = tuple(r for r in MATRIX if r.has_exporter_api)
 RESULT_TIMEOUT_S = 540.0  # our broker and the one started alongside it; pytest's own limit is 600 s
 # Every push carries these (KIP-714's broker-added labels the plugin forwards as headers, which the receiver
 # writes as record headers); push_interval_ms only comes through KIP-1217's 4.2+ interface.
@@ -74,6 +79,8 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         if item.originalname == test_plugin_forwards_client_pushes.__name__:
             pushes.append(_key("push", release))
             runner.submit(pushes[-1], lambda r=release: run_release(r, root, java_classes))
+        elif item.originalname == test_receiver_class_still_loads_on_4_2_and_later.__name__:
+            runner.submit(_key("load", release), lambda r=release: run_load(r, root, RECEIVER_CLASS))
         else:
             runner.submit(_key("wrong", release), lambda r=release: run_wrong_class(r, root))
     yield runner
@@ -128,6 +135,18 @@ def test_exporter_class_stops_a_broker_without_kip_1217(release: KafkaRelease, m
             in run.log_text), run.log_text[-3000:]
 
 
+@pytest.mark.parametrize("release", WITH_EXPORTER_API, ids=lambda r: r.line_name)
+def test_receiver_class_still_loads_on_4_2_and_later(release: KafkaRelease, matrix: MatrixRunner) -> None:
+    """Given a Kafka `release` broker of 4.2 or later configured with the 3.7+ class (`KctClientTelemetryReporter`,
+    on KIP-714's `ClientTelemetry`, deprecated there), as after a broker upgrade that kept its configuration,
+    When it starts,
+    Then it runs with the plugin and advertises APIs 71/72 (the plugin's README says it works there)."""
+    run: LoadRun = matrix.result(_key("load", release), timeout=RESULT_TIMEOUT_S)
+    assert run.class_configured, f"metric.reporters = [{run.plugin_class}] not in {run.broker_log}"
+    assert run.forwarder_started, f"the plugin's forwarder never started: {run.broker_log}"
+    assert {71, 72} <= run.apis, f"GetTelemetrySubscriptions/PushTelemetry not advertised: {sorted(run.apis)}"
+
+
 def _report(runner: MatrixRunner, total_s: float) -> None:
     rows = ["| Kafka | plugin class | pushes at the receiver (librdkafka producer / consumer / Java producer) "
             "| labels on every push | push interval | broker ready | run |",
@@ -137,6 +156,10 @@ def _report(runner: MatrixRunner, total_s: float) -> None:
         outcome = runner.outcome(key)
         if isinstance(outcome, ReleaseRun):
             rows.append(_release_row(outcome))
+        elif isinstance(outcome, LoadRun):
+            advertised = "advertises 71/72" if {71, 72} <= outcome.apis else "71/72 NOT advertised"
+            wrong.append(f"| {outcome.release.version} | `{outcome.plugin_class.rpartition('.')[2]}` "
+                         f"| loads, {advertised} | {outcome.wall_s:.1f} s |")
         elif isinstance(outcome, WrongClassRun):
             stopped = "stops at start-up (NoClassDefFoundError: ...ClientTelemetryExporterProvider)" \
                 if outcome.exited else "KEPT RUNNING"
@@ -146,7 +169,7 @@ def _report(runner: MatrixRunner, total_s: float) -> None:
             rows.append(f"| {key} | failed: {outcome} | | | | | |")
     lines = ["", "## Broker plugin version matrix (tests/e2e/test_plugin_versions_e2e.py)", "", *rows]
     if wrong:
-        lines += ["", "| Kafka | wrong class | outcome | run |", "|---|---|---|---|", *wrong]
+        lines += ["", "| Kafka | other class | outcome | run |", "|---|---|---|---|", *wrong]
     lines += ["", f"Matrix wall time: {total_s:.0f} s (two brokers at a time)."]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -118,9 +118,10 @@ def _gunzip(body: bytes, limit: int) -> bytes:
             return b"".join(out)
 
 
-# Streaming zstd compressors declare windows of 2^19 .. 2^23 bytes at their usual levels whatever the data's size
-# (librdkafka's KIP-714 pushes: 2 MiB), and the window is what decompression allocates: up to 8 MiB is
-# accepted whatever `limit` is; beyond, only as much as `limit` could need (a larger one is refused as a bomb).
+# Streaming zstd compressors declare windows of 2^19 .. 2^23 bytes at their usual levels whatever the data's
+# size (librdkafka's KIP-714 pushes, which Kafka 3.7 forwards compressed: 2 MiB), and the window is what
+# decompression allocates: up to 8 MiB is accepted whatever `limit` is; beyond, only as much as `limit` could
+# need (a larger one is refused as a bomb).
 _ZSTD_ORDINARY_WINDOW_LOG = 23
 
 

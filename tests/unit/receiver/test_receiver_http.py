@@ -48,7 +48,7 @@ async def test_gzip_and_zstd_pushes_are_decompressed(receiver: Receiver) -> None
 
 async def test_zstd_stream_with_a_2_mib_window_is_decompressed(receiver: Receiver) -> None:
     """Given a push compressed as librdkafka's zstd does (a streaming frame: no content size, a 2 MiB window,
-    which Kafka brokers before 4.2 hand to the plugin as they are), when posted with the default limits,
+    which Kafka 3.7 brokers hand to the plugin as they are), when posted with the default limits,
     then it is decompressed and stored: a declared window of a few MiB is ordinary, not a bomb."""
     import io
 

@@ -5,9 +5,9 @@ import java.nio.ByteBuffer;
 /**
  * The compression a push's payload is still in, when the broker handed it over compressed.
  *
- * <p>KIP-714 says the broker decompresses a push before the plugin sees it, and Kafka 4.2 and later do.
- * Older brokers (found by tests/e2e/test_plugin_versions_e2e.py: 3.7.2 hands over librdkafka's zstd frames
- * as they came) pass the client's compressed bytes. An OTLP {@code MetricsData} message starts with the tag
+ * <p>KIP-714 says the broker decompresses a push before the plugin sees it, and Kafka 3.8 and later do.
+ * Kafka 3.7 does not (found by tests/e2e/test_plugin_versions_e2e.py: 3.7.2 hands over librdkafka's zstd
+ * frames as they came; Java clients of 3.7 send uncompressed). An OTLP {@code MetricsData} message starts with the tag
  * of its field 1 ({@code 0x0a}), never with a zstd or gzip magic number, so the first bytes tell the two
  * apart; the plugin then sends the bytes as they are with {@code Content-Encoding}, which OTLP/HTTP
  * receivers decode. lz4 and snappy have no OTLP/HTTP encoding and go as they are.
