@@ -1,15 +1,20 @@
 """The local stack's Kafka: one KRaft node (broker + controller) on loopback, with our telemetry plugin.
 
+Any release of kafka_versions.MATRIX (3.7 .. 4.4) runs through the same code: the stack's broker is
+KAFKA_VERSION, tests/e2e/test_plugin_versions_e2e.py starts one of each on ports of its own.
+
 Named `kafka_broker`, not `kafka`: with dev/stack on sys.path a module called `kafka` would shadow the
 kafka-python package. Standard library only (it runs before any virtualenv exists).
 
 - `install()` copies the Kafka broker's jars (org.apache.kafka:kafka_2.13 and its runtime dependencies,
-  plus a log4j2 binding) from Maven Central with `mvn dependency:copy-dependencies` into
-  `~/.cache/kct/kafka/<version>/libs`, and builds the plugin jar (`plugin/`, Maven) unless it is newer
-  than every plugin source.
+  plus the logging binding of its line: reload4j for 3.x, log4j2 for 4.x) from Maven Central with
+  `mvn dependency:copy-dependencies` into `~/.cache/kct/kafka/<version>/libs` (`install_libs`), and builds
+  the plugin jar (`plugin/`, Maven) unless it is newer than every plugin source.
 - `up()` formats the storage once (`kafka.tools.StorageTool format`), starts `kafka.Kafka` with a small
-  heap, the libs plus the plugin jar on the classpath and the plugin in `metric.reporters` pointed at
-  the telemetry endpoint, then waits until the broker answers a Metadata request. A registered
+  heap, the libs plus the plugin jar on the classpath and the plugin in `metric.reporters` (the class for
+  the release, or the one asked for) pointed at the telemetry endpoint, then waits until the broker
+  answers a Metadata request. `start()` is the same without the wait, for callers that expect a broker
+  to refuse to start. A registered
   client-telemetry plugin is what makes the broker advertise GetTelemetrySubscriptions (API key 71)
   and PushTelemetry (72); without one, clients never push.
 """
@@ -24,26 +29,32 @@ import socket
 import struct
 import subprocess
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import _proc
+from kafka_versions import KafkaRelease
 
 __all__ = [
     "BOOTSTRAP",
     "KAFKA_VERSION",
     "PLUGIN_CLASS",
+    "answers",
     "api_versions",
     "down",
     "install",
+    "install_libs",
+    "libs_dir",
     "metadata_broker_count",
     "plugin_counters",
     "plugin_jar",
+    "start",
     "status",
     "up",
 ]
 
-# Newest Kafka 4.x whose artifacts are all on Maven Central (4.4.0's kafka-tools-api jar is missing
-# there, so kafka_2.13:4.4.0 cannot be resolved). 4.2+ has ClientTelemetryExporterProvider (KIP-1217).
+# The stack's broker (kafka_versions.MATRIX holds every release the plugin is tested on). 4.2+ has
+# ClientTelemetryExporterProvider (KIP-1217).
 KAFKA_VERSION = "4.3.1"
 HOST = "127.0.0.1"
 PORT = 19092
@@ -51,8 +62,8 @@ CONTROLLER_PORT = 19093
 BOOTSTRAP = f"{HOST}:{PORT}"
 NAME = "kafka"
 HEAP = ["-Xms128m", "-Xmx512m"]
-# The 4.2+ class; dev.kct.telemetry.KctClientTelemetryReporter is the one for Kafka 3.7 .. 4.1.
-PLUGIN_CLASS = "dev.kct.telemetry.KctClientTelemetryExporterReporter"
+# The stack's class (4.2+); kafka_versions.KafkaRelease.plugin_class gives the one for any release.
+PLUGIN_CLASS = KafkaRelease(KAFKA_VERSION).plugin_class
 
 _HERE = Path(__file__).resolve().parent
 _REPO = _HERE.parents[1]
@@ -81,13 +92,26 @@ logger.kct.name = dev.kct
 logger.kct.level = INFO
 """
 
+# Kafka 3.x: the same, in reload4j's (log4j 1.2) properties.
+_LOG4J1 = """\
+# Written by dev/stack/kafka_broker.py: everything to stdout, which the stack sends to logs/<name>.log.
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka=INFO
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+log4j.logger.dev.kct=INFO
+"""
 
-def _libs_dir() -> Path:
-    return _proc.cache_dir("kafka", KAFKA_VERSION) / "libs"
+
+def libs_dir(version: str = KAFKA_VERSION) -> Path:
+    return _proc.cache_dir("kafka", version) / "libs"
 
 
-def _libs_ready() -> bool:
-    return (_libs_dir() / ".complete").exists()
+def _libs_ready(version: str = KAFKA_VERSION) -> bool:
+    return (libs_dir(version) / ".complete").exists()
 
 
 def _built_jar() -> Path:
@@ -135,31 +159,38 @@ def _require(tool: str) -> str:
     return path
 
 
-def _mvn(args: list[str], *, tool: str, cwd: Path | None = None) -> None:
+def _mvn(args: list[str], *, tool: str, version: str = KAFKA_VERSION, cwd: Path | None = None) -> None:
     """Run Maven offline first (a warm ~/.m2 needs no network), then online if something is missing."""
     mvn = _require("mvn")
     try:
-        _proc.run([mvn, "-B", "-q", "-o", *args], tool=tool, version=KAFKA_VERSION, cwd=cwd)
+        _proc.run([mvn, "-B", "-q", "-o", *args], tool=tool, version=version, cwd=cwd)
     except _proc.InstallError:
-        _proc.run([mvn, "-B", "-q", *args], tool=tool, version=KAFKA_VERSION, cwd=cwd)
+        _proc.run([mvn, "-B", "-q", *args], tool=tool, version=version, cwd=cwd)
 
 
-def install() -> None:
+def install_libs(version: str = KAFKA_VERSION) -> None:
+    """The jars of a Kafka `version` broker, with its line's logging binding, into the cache (once)."""
+    if _libs_ready(version):
+        return
+    release = KafkaRelease(version)
+    with _proc.step(f"Kafka {version} jars (Maven Central -> {libs_dir(version)})"):
+        libs = libs_dir(version)
+        tmp = libs.with_name("libs.part")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _mvn(["-f", str(_DEPS_POM), f"-Dkafka.version={version}", f"-Dkafka.logging={release.logging}",
+              f"{_DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
+              f"-DoutputDirectory={tmp}"], tool="kafka", version=version)
+        if not any(tmp.glob(f"kafka_2.13-{version}.jar")):
+            raise _proc.InstallError("kafka", version, f"kafka_2.13-{version}.jar was not copied")
+        shutil.rmtree(libs, ignore_errors=True)
+        tmp.rename(libs)
+        (libs / ".complete").write_text(version + "\n")
+
+
+def install(version: str = KAFKA_VERSION) -> None:
     """Kafka jars into the cache, plugin jar into plugin/target; each skipped when already there."""
     _require("java")
-    if not _libs_ready():
-        with _proc.step(f"Kafka {KAFKA_VERSION} jars (Maven Central -> {_libs_dir()})"):
-            libs = _libs_dir()
-            tmp = libs.with_name("libs.part")
-            shutil.rmtree(tmp, ignore_errors=True)
-            _mvn(["-f", str(_DEPS_POM), f"-Dkafka.version={KAFKA_VERSION}",
-                  f"{_DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
-                  f"-DoutputDirectory={tmp}"], tool="kafka")
-            if not any(tmp.glob(f"kafka_2.13-{KAFKA_VERSION}.jar")):
-                raise _proc.InstallError("kafka", KAFKA_VERSION, f"kafka_2.13-{KAFKA_VERSION}.jar was not copied")
-            shutil.rmtree(libs, ignore_errors=True)
-            tmp.rename(libs)
-            (libs / ".complete").write_text(KAFKA_VERSION + "\n")
+    install_libs(version)
     if not _plugin_fresh():
         with _proc.step("kct broker plugin (mvn package in plugin/)"):
             _mvn(["-DskipTests", "package"], tool="kct-telemetry-plugin", cwd=_PLUGIN_DIR)
@@ -213,7 +244,8 @@ def metadata_broker_count(host: str = HOST, port: int = PORT) -> int:
     return int(brokers)
 
 
-def _answers(host: str, port: int) -> bool:
+def answers(host: str, port: int) -> bool:
+    """Whether a broker answers a Metadata request on host:port, listing itself."""
     try:
         return metadata_broker_count(host, port) >= 1
     except (OSError, struct.error):
@@ -223,13 +255,14 @@ def _answers(host: str, port: int) -> bool:
 # --- life cycle ---
 
 def _server_properties(data: Path, telemetry_endpoint: str, port: int, controller_port: int,
-                       plugin: bool, token_file: Path | None, pod_listener: str | None = None) -> str:
+                       plugin: bool, token_file: Path | None, pod_listener: str | None = None, *,
+                       version: str = KAFKA_VERSION, plugin_class: str | None = None) -> str:
     # A node stack's pods reach the broker on the node's address: a listener of its own, advertised as such,
     # so clients that bootstrap there are sent back there (and loopback clients to loopback).
     pods = f",PODS://{pod_listener}" if pod_listener else ""
     lines = [
         "# Written by dev/stack/kafka_broker.py on every `up`: single-node KRaft for development and tests.",
-        f"# classpath: {_classpath(plugin)}  (a different plugin jar means a restart)",
+        f"# classpath: {_classpath(plugin, version)}  (a different plugin jar means a restart)",
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@{HOST}:{controller_port}",
@@ -254,7 +287,7 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
     if plugin:
         lines += [
             "# KIP-714: a registered client-telemetry plugin makes the broker advertise APIs 71/72.",
-            f"metric.reporters={PLUGIN_CLASS}",
+            f"metric.reporters={plugin_class or KafkaRelease(version).plugin_class}",
             f"kct.telemetry.endpoint={telemetry_endpoint}",
             "kct.telemetry.connect.timeout.ms=1000",
             "kct.telemetry.request.timeout.ms=5000",
@@ -264,17 +297,26 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
     return "\n".join(lines) + "\n"
 
 
-def _classpath(plugin: bool) -> str:
-    entries = [str(_libs_dir() / "*")]
+def _classpath(plugin: bool, version: str = KAFKA_VERSION) -> str:
+    entries = [str(libs_dir(version) / "*")]
     if plugin:
         entries.append(str(plugin_jar()))
     return ":".join(entries)
 
 
-def _java(kdir: Path, plugin: bool) -> list[str]:
-    return [_require("java"), *HEAP, "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={kdir / 'log4j2.properties'}", f"-Dkafka.logs.dir={kdir / 'logs'}",
-            "-cp", _classpath(plugin)]
+def _logging_option(kdir: Path, version: str) -> str:
+    """Write the logging configuration of the release's line into `kdir`; the JVM option naming it."""
+    if KafkaRelease(version).logging == "reload4j":
+        (kdir / "log4j.properties").write_text(_LOG4J1)
+        return f"-Dlog4j.configuration=file:{kdir / 'log4j.properties'}"
+    (kdir / "log4j2.properties").write_text(_LOG4J2)
+    return f"-Dlog4j2.configurationFile={kdir / 'log4j2.properties'}"
+
+
+def _java(kdir: Path, plugin: bool, version: str = KAFKA_VERSION, heap: Sequence[str] = HEAP) -> list[str]:
+    return [_require("java"), *heap, "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+            _logging_option(kdir, version), f"-Dkafka.logs.dir={kdir / 'logs'}",
+            "-cp", _classpath(plugin, version)]
 
 
 def _cluster_id() -> str:
@@ -286,44 +328,64 @@ def _cluster_id() -> str:
 
 def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
        name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
-       pod_listener: str | None = None) -> dict[str, str]:
+       pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
+       jvm: Sequence[str] = HEAP) -> dict[str, str]:
     """Start the broker (idempotent: a running broker with the same configuration is left alone).
 
     A running broker whose configuration differs (e.g. another KCT_TELEMETRY_ENDPOINT) is restarted.
     `token_file`: a file whose content the plugin sends as `Authorization: Bearer ...`.
     `plugin`, `name` and the ports exist for benchmarks that need a second broker without the plugin.
     `pod_listener`: `host:port` of one more listener, for the pods of a node stack (stack.py node-up).
+    `version`: any Kafka release (kafka_versions.MATRIX); `plugin_class`: by default the release's own.
+    `jvm`: heap and other JVM options.
     """
-    if not _libs_ready() or (plugin and not _plugin_fresh()):
-        install()
-    kdir = state / name
-    data = kdir / "data"
-    config = kdir / "server.properties"
-    wanted = _server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file, pod_listener)
+    if not _libs_ready(version) or (plugin and not _plugin_fresh()):
+        install(version)
+    config = state / name / "server.properties"
+    wanted = _server_properties(state / name / "data", telemetry_endpoint, port, controller_port, plugin,
+                                token_file, pod_listener, version=version, plugin_class=plugin_class)
+    log = state / "logs" / f"{name}.log"
     if _proc.is_running(state, name):
         if config.exists() and config.read_text() == wanted:
             # same configuration: maybe still starting (another `up`), so wait rather than restart
-            _proc.wait_until(lambda: _answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
-                             log=state / "logs" / f"{name}.log", alive=lambda: _proc.is_running(state, name))
+            _proc.wait_until(lambda: answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
+                             log=log, alive=lambda: _proc.is_running(state, name))
             return {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}"}
-        with _proc.step(f"restart Kafka {KAFKA_VERSION} ({name}: configuration or plugin jar changed)"):
+        with _proc.step(f"restart Kafka {version} ({name}: configuration or plugin jar changed)"):
             _proc.stop_daemon(state, name, timeout=30)
+    with _proc.step(f"start Kafka {version} ({name}) on {HOST}:{port}"):
+        start(state, telemetry_endpoint, token_file=token_file, plugin=plugin, name=name, port=port,
+              controller_port=controller_port, pod_listener=pod_listener, version=version,
+              plugin_class=plugin_class, jvm=jvm)
+        _proc.wait_until(lambda: answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
+                         log=log, alive=lambda: _proc.is_running(state, name))
+    return {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}"}
+
+
+def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
+          name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
+          pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
+          jvm: Sequence[str] = HEAP) -> Path:
+    """Write the configuration, format the storage when new and start the broker, without waiting for it
+    (`up` waits; a test of a broker that must refuse to start watches the process and its log itself).
+    The jars must be installed. Returns the broker's log, `<state>/logs/<name>.log`."""
     if _proc.port_open(HOST, port):
-        raise _proc.InstallError("kafka", KAFKA_VERSION, f"port {HOST}:{port} is taken by a process this stack "
+        raise _proc.InstallError("kafka", version, f"port {HOST}:{port} is taken by a process this stack "
                                  "did not start (stop it, or `make stack-down`)")
+    kdir = state / name
+    data = kdir / "data"
+    config = kdir / "server.properties"
     kdir.mkdir(parents=True, exist_ok=True)
-    config.write_text(wanted)
-    (kdir / "log4j2.properties").write_text(_LOG4J2)
+    config.write_text(_server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file,
+                                         pod_listener, version=version, plugin_class=plugin_class))
+    java = _java(kdir, plugin, version, jvm)
     if not (data / "meta.properties").exists():
         with _proc.step(f"format KRaft storage ({data})"):
             shutil.rmtree(data, ignore_errors=True)
-            _proc.run([*_java(kdir, plugin), "kafka.tools.StorageTool", "format", "-t", _cluster_id(),
-                       "-c", str(config)], tool="kafka", version=KAFKA_VERSION)
-    with _proc.step(f"start Kafka {KAFKA_VERSION} ({name}) on {HOST}:{port}"):
-        _proc.start_daemon(state, name, [*_java(kdir, plugin), "kafka.Kafka", str(config)])
-        _proc.wait_until(lambda: _answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
-                         log=state / "logs" / f"{name}.log", alive=lambda: _proc.is_running(state, name))
-    return {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}"}
+            _proc.run([*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+                      tool="kafka", version=version)
+    _proc.start_daemon(state, name, [*java, "kafka.Kafka", str(config)])
+    return state / "logs" / f"{name}.log"
 
 
 def down(state: Path, *, name: str = NAME) -> None:

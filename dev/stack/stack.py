@@ -12,7 +12,8 @@ what `up` started.
     python3 dev/stack/stack.py node-up | node-down | node-status
 
 `install` only downloads and builds (minutes on a cold machine, nothing when cached): `make pytest` runs it
-first, so no test's timeout is spent compiling the API server.
+first, so no test's timeout is spent compiling the API server or fetching the brokers of the plugin's
+version matrix (kafka_versions.MATRIX, ~45 MB of jars each).
 
 `node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS and Kafka, all inside network
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _proc
 import kafka_broker
+import kafka_versions
 import kube
 import netns
 import node
@@ -79,6 +81,8 @@ def install() -> int:
         kube.install()
         node.install()
         kafka_broker.install()
+        for release in kafka_versions.MATRIX:  # the plugin's version matrix (test_plugin_versions_e2e.py)
+            kafka_broker.install_libs(release.version)
         spark_operator.crds()  # fetched, not installed into the API server: the tests that need them do
     return 0
 

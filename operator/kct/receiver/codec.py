@@ -118,8 +118,15 @@ def _gunzip(body: bytes, limit: int) -> bytes:
             return b"".join(out)
 
 
+# Streaming zstd compressors declare windows of 2^19 .. 2^23 bytes at their usual levels whatever the data's
+# size (librdkafka's KIP-714 pushes, which Kafka 3.7 forwards compressed: 2 MiB), and the window is what
+# decompression allocates: up to 8 MiB is accepted whatever `limit` is; beyond, only as much as `limit` could
+# need (a larger one is refused as a bomb).
+_ZSTD_ORDINARY_WINDOW_LOG = 23
+
+
 def _zstd_window(limit: int) -> int:
-    return 1 << max(20, (limit - 1).bit_length())
+    return 1 << max(_ZSTD_ORDINARY_WINDOW_LOG, (limit - 1).bit_length())
 
 
 def _unzstd(body: bytes, limit: int) -> bytes:

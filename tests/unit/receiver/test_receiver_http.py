@@ -46,6 +46,26 @@ async def test_gzip_and_zstd_pushes_are_decompressed(receiver: Receiver) -> None
     assert [r.value for r in receiver.sink.records] == [body, body]
 
 
+async def test_zstd_stream_with_a_2_mib_window_is_decompressed(receiver: Receiver) -> None:
+    """Given a push compressed as librdkafka's zstd does (a streaming frame: no content size, a 2 MiB window,
+    which Kafka 3.7 brokers hand to the plugin as they are), when posted with the default limits,
+    then it is decompressed and stored: a declared window of a few MiB is ordinary, not a bomb."""
+    import io
+
+    import zstandard
+
+    body = make_request().SerializeToString()
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=21)
+    out = io.BytesIO()
+    with zstandard.ZstdCompressor(compression_params=params).stream_writer(out, closefd=False) as writer:
+        writer.write(body)
+    frame = out.getvalue()
+    assert frame[4] == 0 and frame[5] >> 3 == 21 - 10  # no content size; window 2^21
+    reply = await receiver.post(frame, encoding="zstd")
+    assert reply.status == 200, reply.body
+    assert [r.value for r in receiver.sink.records] == [body]
+
+
 async def test_json_push_is_stored_as_protobuf_and_answered_in_json(receiver: Receiver) -> None:
     """Given an OTLP/JSON push (camelCase, int64 as string, hex exemplar ids), then 200 JSON and the record
     holds the equivalent protobuf."""

@@ -90,6 +90,10 @@ public abstract class AbstractForwardingReporter implements MetricsReporter {
         try {
             Map<String, String> headers = PushLabels.of(context, payload.clientInstanceId(),
                 payload.isTerminating(), payload.contentType(), brokerId, pushIntervalMs);
+            String encoding = PayloadEncoding.of(payload.data());
+            if (encoding != null) {
+                headers.put(PayloadEncoding.HEADER, encoding);
+            }
             target.offer(headers, payload.data());
         } catch (RuntimeException | LinkageError e) {
             target.metrics().recordFailed();

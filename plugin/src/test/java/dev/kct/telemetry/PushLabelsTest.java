@@ -19,11 +19,34 @@ import org.junit.jupiter.api.Test;
 
 class PushLabelsTest {
 
+    /** Whether this kafka-clients' RequestContext carries the client's port (3.8+; not 3.7). */
+    static final boolean HAS_CLIENT_PORT = hasClientPort();
+
+    private static boolean hasClientPort() {
+        try {
+            RequestContext.class.getField("clientPort");
+            return true;
+        } catch (NoSuchFieldException e) {
+            return false;
+        }
+    }
+
+    /** A request context as the broker builds it, with the client's port where the release has one. */
     static RequestContext context(String clientId) throws Exception {
-        return new RequestContext(new RequestHeader(ApiKeys.PUSH_TELEMETRY, (short) 0, clientId, 7),
-            "conn-1", InetAddress.getByName("127.0.0.5"), Optional.of(54321), KafkaPrincipal.ANONYMOUS,
-            ListenerName.normalised("PLAINTEXT"), SecurityProtocol.PLAINTEXT,
-            new ClientInformation("confluent-kafka-python", "2.6.0-rdkafka-2.6.0"), false);
+        RequestHeader header = new RequestHeader(ApiKeys.PUSH_TELEMETRY, (short) 0, clientId, 7);
+        InetAddress address = InetAddress.getByName("127.0.0.5");
+        ListenerName listener = ListenerName.normalised("PLAINTEXT");
+        ClientInformation software = new ClientInformation("confluent-kafka-python", "2.6.0-rdkafka-2.6.0");
+        if (!HAS_CLIENT_PORT) {
+            return new RequestContext(header, "conn-1", address, KafkaPrincipal.ANONYMOUS, listener,
+                SecurityProtocol.PLAINTEXT, software, false);
+        }
+        // by reflection: this constructor does not exist in 3.7, which the oldest-kafka profile compiles against
+        return RequestContext.class.getConstructor(RequestHeader.class, String.class, InetAddress.class,
+                Optional.class, KafkaPrincipal.class, ListenerName.class, SecurityProtocol.class,
+                ClientInformation.class, boolean.class)
+            .newInstance(header, "conn-1", address, Optional.of(54321), KafkaPrincipal.ANONYMOUS, listener,
+                SecurityProtocol.PLAINTEXT, software, false);
     }
 
     @Test
@@ -39,7 +62,8 @@ class PushLabelsTest {
         assertEquals("confluent-kafka-python", h.get(PushLabels.H_CLIENT_SOFTWARE_NAME));
         assertEquals("2.6.0-rdkafka-2.6.0", h.get(PushLabels.H_CLIENT_SOFTWARE_VERSION));
         assertEquals("127.0.0.5", h.get(PushLabels.H_CLIENT_SOURCE_ADDRESS));
-        assertEquals("54321", h.get(PushLabels.H_CLIENT_SOURCE_PORT));
+        // Kafka 3.7's RequestContext has no client port: the label is left out there, never sent empty
+        assertEquals(HAS_CLIENT_PORT ? "54321" : null, h.get(PushLabels.H_CLIENT_SOURCE_PORT));
         assertEquals("User:ANONYMOUS", h.get(PushLabels.H_PRINCIPAL));
         assertEquals("1", h.get(PushLabels.H_BROKER_ID));
         assertEquals("PLAINTEXT", h.get(PushLabels.H_LISTENER));

@@ -9,8 +9,6 @@ import java.util.Map;
 
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.ConfigException;
-import org.apache.kafka.server.authorizer.AuthorizableRequestContext;
-import org.apache.kafka.server.telemetry.ClientTelemetryContext;
 import org.apache.kafka.server.telemetry.ClientTelemetryPayload;
 import org.junit.jupiter.api.Test;
 
@@ -41,38 +39,6 @@ class ReporterTest {
     }
 
     @Test
-    void exporterClassForwardsWithPushIntervalAndBrokerId() throws Exception {
-        try (TestEndpoint endpoint = new TestEndpoint(n -> TestEndpoint.Answer.ok())) {
-            // Given the 4.2+ reporter configured as the broker would (node.id + our prefix)
-            KctClientTelemetryExporterReporter reporter = new KctClientTelemetryExporterReporter();
-            reporter.configure(Map.of("node.id", "3", ForwarderConfig.ENDPOINT, endpoint.url(),
-                ForwarderConfig.JMX_PREFIX, "kct.telemetry.reportertest"));
-            AuthorizableRequestContext request = PushLabelsTest.context("consumer-9");
-            ClientTelemetryContext context = new ClientTelemetryContext() {
-                @Override
-                public int pushIntervalMs() {
-                    return 1000;
-                }
-
-                @Override
-                public AuthorizableRequestContext authorizableRequestContext() {
-                    return request;
-                }
-            };
-            // When the broker hands it a terminating push
-            reporter.clientTelemetryExporter().exportMetrics(context, payload(Uuid.randomUuid(), true, new byte[] {1, 2}));
-            // Then the endpoint gets it with interval, broker id, client id and the terminating flag
-            assertTrue(Waits.until(() -> endpoint.received.size() == 1, 5_000));
-            Map<String, String> h = endpoint.received.get(0).headers();
-            assertEquals("1000", h.get("kct-push-interval-ms"));
-            assertEquals("3", h.get("kct-broker-id"));
-            assertEquals("consumer-9", h.get("kct-client-id"));
-            assertEquals("true", h.get("kct-terminating"));
-            reporter.close();
-        }
-    }
-
-    @Test
     @SuppressWarnings("removal")
     void receiverClassForwardsWithoutInterval() throws Exception {
         try (TestEndpoint endpoint = new TestEndpoint(n -> TestEndpoint.Answer.ok())) {
@@ -91,8 +57,35 @@ class ReporterTest {
     }
 
     @Test
+    @SuppressWarnings("removal")
+    void compressedPayloadGoesWithItsContentEncoding() throws Exception {
+        try (TestEndpoint endpoint = new TestEndpoint(n -> TestEndpoint.Answer.ok())) {
+            // Given the 3.7+ reporter, and pushes as a broker before 4.2 hands them over: still compressed
+            KctClientTelemetryReporter reporter = new KctClientTelemetryReporter();
+            reporter.configure(Map.of("broker.id", "1", ForwarderConfig.ENDPOINT, endpoint.url(),
+                ForwarderConfig.JMX_PREFIX, "kct.telemetry.encodingtest"));
+            byte[] zstd = {0x28, (byte) 0xb5, 0x2f, (byte) 0xfd, 0, 0x58};
+            byte[] gzip = {0x1f, (byte) 0x8b, 8, 0};
+            byte[] otlp = {0x0a, 2, 0x0a, 0};
+            // When it forwards a zstd frame, a gzip stream and a plain OTLP message (one client each)
+            reporter.clientReceiver().exportMetrics(PushLabelsTest.context("z"), payload(Uuid.randomUuid(), false, zstd));
+            reporter.clientReceiver().exportMetrics(PushLabelsTest.context("g"), payload(Uuid.randomUuid(), false, gzip));
+            reporter.clientReceiver().exportMetrics(PushLabelsTest.context("o"), payload(Uuid.randomUuid(), false, otlp));
+            assertTrue(Waits.until(() -> endpoint.received.size() == 3, 5_000));
+            // Then the compressed ones go as they are, with Content-Encoding; the plain one without it
+            Map<String, String> encodings = new java.util.HashMap<>();
+            for (TestEndpoint.Received r : endpoint.received) {
+                encodings.put(r.headers().get("kct-client-id"), r.headers().getOrDefault("content-encoding", "none"));
+            }
+            assertEquals(Map.of("z", "zstd", "g", "gzip", "o", "none"), encodings);
+            reporter.close();
+        }
+    }
+
+    @Test
+    @SuppressWarnings("removal")
     void badConfigurationNamesTheProperty() {
-        KctClientTelemetryExporterReporter reporter = new KctClientTelemetryExporterReporter();
+        KctClientTelemetryReporter reporter = new KctClientTelemetryReporter();
         ConfigException e = assertThrows(ConfigException.class,
             () -> reporter.configure(Map.of(ForwarderConfig.ENDPOINT, "ftp://x/")));
         assertTrue(e.getMessage().contains("kct.telemetry.endpoint"), e.getMessage());
