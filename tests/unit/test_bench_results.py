@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from script_loader import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _run_all() -> ModuleType:
-    path = REPO / "bench" / "run_all.py"
-    if path.stem in sys.modules:
-        return sys.modules[path.stem]
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "bench" / "run_all.py")
 
 
 def test_results_file_is_the_docs_one() -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from script_loader import load_script
 
 from kct.api.crdgen import CrdDefinition, render_crd
 from kct.api.crds import DEFINITIONS
@@ -18,15 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _generator() -> ModuleType:
-    path = REPO / "dev" / "gen_crd_docs.py"
-    if path.stem in sys.modules:
-        return sys.modules[path.stem]
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "dev" / "gen_crd_docs.py")
 
 
 def _field_paths(node: dict[str, Any], path: str) -> Iterator[str]:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_support import REPO, Render, helm_template, load_script
+from chart_support import REPO, Render, helm_template
+from script_loader import load_script
 
 
 @pytest.fixture(scope="session")

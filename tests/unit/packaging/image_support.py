@@ -9,8 +9,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from chart_support import REPO, load_script
+from chart_support import REPO
 from preconditions import missing_precondition
+from script_loader import load_script
 
 __all__ = ["built_image", "dev_images", "images_module", "missing_precondition", "unpack_archive"]
 

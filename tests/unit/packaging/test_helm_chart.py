@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_support import CHART, REPO, Render, helm_template, load_script
+from chart_support import CHART, REPO, Render, helm_template
 from preconditions import require_module
+from script_loader import load_script
 
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 SCHEMA_VERSION = "1.36"

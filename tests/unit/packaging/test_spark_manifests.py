@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from chart_support import REPO, load_script
+from chart_support import REPO
+from script_loader import load_script
 
 from kct.render.names import OWNER_LABEL
 from kct.render.spark import HOURLY_SCHEDULE

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_support import REPO, load_script
+from chart_support import REPO
 from image_support import dev_images, unpack_archive
+from script_loader import load_script
 
 container_run = dev_images("container_run")
 operator_image = load_script(REPO / "dev" / "images" / "spark_operator_image.py")
