@@ -72,18 +72,26 @@ class ClientPushes:
 
 
 @dataclass
-class ReleaseRun:
+class LoadRun:
+    """A broker of one release started with one plugin class: what its log says it loaded."""
+
     release: KafkaRelease
     plugin_class: str
     broker_log: Path
     apis: set[int] = field(default_factory=set)
     class_configured: bool = False
     forwarder_started: bool = False
+    wall_s: float = 0.0
+
+
+@dataclass
+class ReleaseRun(LoadRun):
+    """A LoadRun whose clients pushed through the plugin to the receiver."""
+
     clients: dict[str, ClientPushes] = field(default_factory=dict)  # by client kind
     consumed: int = 0
     keys_match_instance_ids: bool = False
     ready_s: float = 0.0
-    wall_s: float = 0.0
     error: str | None = None
 
 
@@ -329,17 +337,6 @@ def _push_and_collect(run: ReleaseRun, release: KafkaRelease, bootstrap: str, pr
         consumer.close()
     reader.drain(quiet_s=5.0)
     run.keys_match_instance_ids = bool(reader.keys_match) and all(reader.keys_match)
-
-
-@dataclass
-class LoadRun:
-    release: KafkaRelease
-    plugin_class: str
-    broker_log: Path
-    apis: set[int] = field(default_factory=set)
-    class_configured: bool = False
-    forwarder_started: bool = False
-    wall_s: float = 0.0
 
 
 def run_load(release: KafkaRelease, root: Path, plugin_class: str) -> LoadRun:
