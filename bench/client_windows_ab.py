@@ -61,7 +61,9 @@ def run_batches(spark: Any, args: argparse.Namespace, raw: Any, n_records: int, 
     from kct.aggregation import batch
     from kct.aggregation.config import parse_job_config
 
-    batch.read_records = lambda *_a, **_k: raw.select("*")  # a copy: run_batch unpersists what it reads
+    # The topic read replaced by the records in memory, where run_batch looks it up; a copy: run_batch
+    # unpersists what it reads.
+    setattr(batch, "read_records", lambda *_a, **_k: raw.select("*"))  # noqa: B010
     for r in range(args.rounds):
         for aggregation in ("sql", "jvm"):
             cfg = parse_job_config({
