@@ -155,7 +155,7 @@ def test_jvm_stream_hands_clientwindows_only_records_with_a_point_in_the_windows
     were such records to leave out."""
     from pyspark.sql import functions as F
 
-    from kct.aggregation import client_windows
+    from kct.aggregation import client_windows, stream
 
     handed_too_early: list[int] = []
     aggregate = client_windows.client_metrics_and_last_rows
@@ -165,7 +165,7 @@ def test_jvm_stream_hands_clientwindows_only_records_with_a_point_in_the_windows
         handed_too_early.append(not_due.count())
         return aggregate(records, **kwargs)
 
-    monkeypatch.setattr(client_windows, "client_metrics_and_last_rows", spy)
+    monkeypatch.setattr(stream, "client_metrics_and_last_rows", spy)  # where advance_records looks it up
     records, batches = staged(jvm, late_beyond=False)
     store = StateStore(jvm, str(tmp_path / "jvm"))
     left_pending = 0
