@@ -203,7 +203,8 @@ class StateStore:
         self._Path = jvm.org.apache.hadoop.fs.Path
         self._fs = self._Path(self._root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
-    def _batches(self) -> list[int]:
+    def saved_batches(self) -> list[int]:
+        """The micro-batch ids whose state is saved, oldest first."""
         root = self._Path(self._root)
         if not self._fs.exists(root):
             return []
@@ -212,7 +213,7 @@ class StateStore:
 
     def load(self, batch_id: int) -> StreamState:
         """The state the newest micro-batch before `batch_id` left (empty when there is none)."""
-        earlier = [b for b in self._batches() if b < batch_id]
+        earlier = [b for b in self.saved_batches() if b < batch_id]
         if not earlier:
             return StreamState()
         base = f"{self._root}/{earlier[-1]}"
@@ -242,7 +243,7 @@ class StateStore:
     def holds_pending_points(self) -> bool:
         """Whether the newest saved state keeps pending points (the Spark SQL stream's), which the ClientWindows
         stream cannot take over (it keeps records)."""
-        batches = self._batches()
+        batches = self.saved_batches()
         if not batches:
             return False
         meta = self._meta(f"{self._root}/{batches[-1]}")
@@ -279,7 +280,7 @@ class StateStore:
         self._fs.delete(final, True)
         if not self._fs.rename(self._Path(staging), final):
             raise OSError(f"could not rename {staging} to {final}")
-        for old in self._batches()[: -self.KEEP]:
+        for old in self.saved_batches()[: -self.KEEP]:
             self._fs.delete(self._Path(f"{self._root}/{old}"), True)
 
     def _marker(self, batch_id: int, output: str) -> Any:

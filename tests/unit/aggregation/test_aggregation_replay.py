@@ -14,7 +14,7 @@ from kct.aggregation import outputs
 from kct.aggregation.config import AggregationConfig, ParquetOutputConfig, RunConfig, SourceConfig, WindowConfig
 from kct.aggregation.outputs import ROWS_PER_FILE, files_for
 from kct.aggregation.stream_alerts import kept_alert_rows
-from kct.aggregation.stream_writer import metrics_batch_writer
+from kct.aggregation.stream_writer import metrics_batch_writer, state_store
 
 pytestmark = pytest.mark.spark
 
@@ -216,7 +216,6 @@ def test_a_batch_whose_output_failed_after_its_state_was_saved_replays_to_the_un
     When the driver replays batch 1 and goes on with batch 2,
     Then the failed attempt had saved batch 1's state, and client_metrics and rollups equal an uninterrupted
     run's, row for row: the replay started from batch 0's state, not from its own."""
-    from kct.aggregation.stream import StateStore
 
     sent = "org.apache.kafka.producer.record.send.total"
 
@@ -246,7 +245,7 @@ def test_a_batch_whose_output_failed_after_its_state_was_saved_replays_to_the_un
     with pytest.raises(OSError, match="disk full"):
         metrics_batch_writer(spark, cfg)(counter(batches[1]), 1)
     monkeypatch.setattr(outputs, "write_table", write_table)
-    assert StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics_state")._batches() == [0, 1]
+    assert state_store(spark, cfg).saved_batches() == [0, 1]
     replay = metrics_batch_writer(spark, cfg)  # the new driver's
     replay(counter(batches[1]), 1)
     replay(counter(batches[2]), 2)
