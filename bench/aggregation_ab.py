@@ -68,7 +68,7 @@ def main() -> int:
 
     from kct.aggregation.config import parse_job_config
     from kct.aggregation.decode import jvm_points
-    from kct.aggregation.job import build_session, register_jvm_decoder
+    from kct.aggregation.session import build_session, register_jvm_decoder
 
     cfg = parse_job_config({"source": {"bootstrapServers": "127.0.0.1:1", "decoder": "jvm"},
                             "parquet": {"path": "/tmp/unused"},

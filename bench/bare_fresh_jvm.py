@@ -31,7 +31,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from kct.aggregation.job import build_session
+    from kct.aggregation.session import build_session
 
     # The job's session (decoder jar, cache serializer, the benchmark's conf): the same JVM as the job's.
     session_args = argparse.Namespace(bootstrap="unused:9092", decoder="auto", master=args.master,

@@ -58,10 +58,12 @@ def records(spark: Any, pushes: int, clients: int, partitions: int, work: Path) 
 def run_batches(spark: Any, args: argparse.Namespace, raw: Any, n_records: int, n_points: int, work: Path) -> None:
     """`run_batch` end to end but for the Kafka read (stubbed: the cached records), `source.aggregation` sql
     and jvm interleaved: client_metrics, roll-ups, terminations, alerts -> Parquet."""
-    from kct.aggregation import job
+    from kct.aggregation import batch
     from kct.aggregation.config import parse_job_config
 
-    job.read_records = lambda *_a, **_k: raw.select("*")  # a copy: run_batch unpersists what it reads
+    # The topic read replaced by the records in memory, where run_batch looks it up; a copy: run_batch
+    # unpersists what it reads.
+    setattr(batch, "read_records", lambda *_a, **_k: raw.select("*"))  # noqa: B010
     for r in range(args.rounds):
         for aggregation in ("sql", "jvm"):
             cfg = parse_job_config({
@@ -71,7 +73,7 @@ def run_batches(spark: Any, args: argparse.Namespace, raw: Any, n_records: int, 
                 "parquet": {"path": str(work / f"batch-{aggregation}")},
                 "run": {"mode": "batch"},
             })
-            took, counts = st.timed(lambda cfg=cfg: job.run_batch(spark, cfg))
+            took, counts = st.timed(lambda cfg=cfg: batch.run_batch(spark, cfg))
             st.line(f"batch {aggregation} #{r + 1}", took, n_records, n_points,
                     f"run_batch, Kafka read stubbed ({counts.get('client_metrics')} client_metrics rows)",
                     st._LAST_CPU[0])
@@ -93,7 +95,8 @@ def main() -> int:
 
     from kct.aggregation.client_windows import client_metrics_from_records
     from kct.aggregation.config import parse_job_config
-    from kct.aggregation.job import build_session, decode_records, register_jvm_decoder
+    from kct.aggregation.session import build_session, register_jvm_decoder
+    from kct.aggregation.source import decode_records
     from kct.aggregation.transforms import aggregate_client_metrics
 
     work = Path(tempfile.mkdtemp(prefix="kct-cw-ab-"))

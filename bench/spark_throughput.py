@@ -219,7 +219,7 @@ def job_config(args: argparse.Namespace, topic: str, work: Path, extra_source: d
 
 def warm_batches(spark: Any, cfg: Any, args: argparse.Namespace, records: int, figures: dict[str, Any]) -> None:
     """`--warm-rounds`: `run_batch` again over the same topic, each round timed."""
-    from kct.aggregation.job import run_batch
+    from kct.aggregation.batch import run_batch
 
     rates = []
     for k in range(args.warm_rounds):
@@ -246,7 +246,7 @@ def steady_line(kind: str, rates: list[float], figures: dict[str, Any]) -> None:
 def warm_streams(spark: Any, cfg: Any, args: argparse.Namespace, work: Path, figures: dict[str, Any]) -> None:
     """`--warm-rounds`: a stream on a topic of its own (the batch's topic stays the 1M points the bare
     groupBy reads), each round over `--pushes` new pushes appended to it, on the same checkpoint."""
-    from kct.aggregation.job import run_stream
+    from kct.aggregation.stream_writer import run_stream
 
     filler = TopicFiller(args.bootstrap, args.clients, args.partitions, max(1, args.pushes // args.clients))
     warm = cfg.model_copy(update={
@@ -281,9 +281,9 @@ def finalized_points(spark: Any, cfg: Any) -> int:
     """Data points in the stream's client_metrics table so far (every point is in one window's row)."""
     from pyspark.sql import functions as F
 
-    from kct.aggregation.job import _path
+    from kct.aggregation.outputs import table_path
 
-    table = Path(_path(cfg, "client_metrics"))  # the benchmark writes under a local temporary folder
+    table = Path(table_path(cfg, "client_metrics"))  # the benchmark writes under a local temporary folder
     if not table.exists():  # no window finalized yet (a few pushes per client)
         return 0
     return int(spark.read.parquet(str(table)).agg(F.sum("points")).first()[0] or 0)
@@ -345,7 +345,8 @@ def stages(spark: Any, cfg: Any, raw: Any, decoded: Any, work: Path, records: in
     """--stages: the job's parts timed one by one over the cached records and points."""
     from pyspark.sql import functions as F
 
-    from kct.aggregation.job import decode_records, read_records, register_jvm_decoder
+    from kct.aggregation.session import register_jvm_decoder
+    from kct.aggregation.source import decode_records, read_records
     from kct.aggregation.transforms import aggregate_client_metrics, rollups
 
     took, _ = timed(lambda: read_records(spark, cfg, streaming=False).count())
@@ -425,13 +426,10 @@ def main() -> int:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from kct.aggregation.job import (
-        build_session,
-        decode_records,
-        read_records,
-        run_batch,
-        run_stream,
-    )
+    from kct.aggregation.batch import run_batch
+    from kct.aggregation.session import build_session
+    from kct.aggregation.source import decode_records, read_records
+    from kct.aggregation.stream_writer import run_stream
 
     t0 = time.perf_counter()
     filler, records = fill_topic(args.bootstrap, args.pushes, args.clients, args.partitions)

@@ -606,10 +606,9 @@ class Demo:
                 changes.append(f"run.mode {config['run'].get('mode')} -> batch (read the topic to its end, every "
                                "window included: a streaming run keeps the last windows open for the watermark)")
                 config["run"]["mode"] = "batch"
-            from kct.aggregation import job
+            from kct.aggregation.session import decoder_jar
 
-            decoder_jar = getattr(job, "decoder_jar", None)
-            if config["source"].get("decoder") == "jvm" and decoder_jar is not None and decoder_jar() is None:
+            if config["source"].get("decoder") == "jvm" and decoder_jar() is None:
                 changes.append("source.decoder jvm -> auto (the JVM OTLP decoder jar is not built here: "
                                "`python dev/spark-deps/install.py`)")
                 config["source"]["decoder"] = "auto"

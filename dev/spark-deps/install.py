@@ -14,7 +14,7 @@ Spark depend on it), so downloads happen on the host, never inside a test.
 The JVM OTLP decoder (spark/otlp-decoder, a Spark Java function with protobuf shaded in) is built with
 `mvn -q package` against the installed pyspark's own jars into ~/.cache/kct/spark-decoder/<hash>/, where
 <hash> covers the decoder's sources and the Spark version (`decoder_source_hash`, computed the same way by
-`kct.aggregation.job.decoder_jar`): an unchanged decoder is not rebuilt, a changed one is never used stale.
+`kct.aggregation.session.decoder_jar`): an unchanged decoder is not rebuilt, a changed one is never used stale.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def pyspark_jars(python: str) -> Path:
 
 def decoder_source_hash(source: Path, spark_version: str) -> str:
     """16 hex digits over the decoder's pom.xml and src/ (paths and contents) and the Spark version.
-    kct.aggregation.job computes the same to find the jar: keep the two in step."""
+    kct.aggregation.session computes the same to find the jar: keep the two in step."""
     digest = hashlib.sha256(spark_version.encode())
     files = [source / "pom.xml", *sorted(p for p in (source / "src").rglob("*") if p.is_file())]
     for path in files:

@@ -19,7 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
 from kct.aggregation.decode import LABEL_COLUMNS, instance_id_sql
+from kct.aggregation.time_bounds import time_bound
+from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS, LAST_POINT_COLUMNS, QUANTILES
 from kct.otlp import labels as L
 
 __all__ = [
@@ -53,8 +58,6 @@ def label_spec() -> str:
 def quantile_spec() -> str:
     """The quantile columns as ClientWindows computes them: `name=q;...`, q written as the SQL path writes it
     (`transforms._with_quantiles`, where it is a decimal literal)."""
-    from kct.aggregation.transforms import QUANTILES
-
     return ";".join(f"{name}={q}" for name, q in QUANTILES)
 
 
@@ -62,8 +65,6 @@ def client_metrics_from_records(records: Any, *, window_seconds: int = 60, lookb
     """Records (decode.RAW_SCHEMA_DDL; key, value and headers are read) -> client_metrics rows
     (transforms.CLIENT_METRICS_COLUMNS), every window the points touch, as `aggregate_client_metrics`
     computes them from the decoded points. Needs the decoder jar on the session's classpath."""
-    from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS
-
     rows = _aggregate(records, None, False, window_seconds, lookback_windows)
     if tuple(rows.columns) != CLIENT_METRICS_COLUMNS:  # the jar and this checkout disagree
         raise RuntimeError(f"{JVM_CLASS} returned columns {rows.columns}, expected {CLIENT_METRICS_COLUMNS}")
@@ -86,19 +87,13 @@ def with_push_times(records: Any) -> Any:
     """`records` with column `_times`: [earliest, newest] time_unix_nano of each push's data points (null: no
     points, or not a push), read in Java off the push's bytes without a row per point (`dev.kct.otlp.PushWire`;
     protobuf parses the pushes it is not sure of). Needs the decoder jar."""
-    from pyspark.sql import functions as F
-
     _register_time_functions(records.sparkSession)
     return records.withColumn("_times", F.expr(f"{PUSH_TIMES_FUNCTION}(value)"))
 
 
 def points_before(records: Any, before_ns: int) -> Any:
     """A column: the number of each record's data points with time_unix_nano before `before_ns` (passed as
-    kct.aggregation.stream.time_bound: the generated code then does not change with it)."""
-    from pyspark.sql import functions as F
-
-    from kct.aggregation.stream import time_bound
-
+    kct.aggregation.time_bounds.time_bound: the generated code then does not change with it)."""
     _register_time_functions(records.sparkSession)
     return F.call_function(POINTS_BEFORE_FUNCTION, F.col("value"), time_bound(records.sparkSession, before_ns))
 
@@ -110,23 +105,16 @@ def _register_time_functions(spark: Any) -> None:
 
 def metrics_of(rows: Any) -> Any:
     """The client_metrics rows of `client_metrics_and_last_rows`."""
-    from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS
-
     return rows.where("_kind = 0").select(*CLIENT_METRICS_COLUMNS)
 
 
 def last_points_of(rows: Any) -> Any:
     """The series' newest points (LAST_POINT_COLUMNS) of `client_metrics_and_last_rows`."""
-    from kct.aggregation.transforms import LAST_POINT_COLUMNS
-
     return rows.where("_kind = 1").select(*LAST_POINT_COLUMNS)
 
 
 def _aggregate(records: Any, previous: Any | None, with_last: bool, window_seconds: int,
                lookback_windows: int, from_ns: int = _LONG_MIN, until_ns: int = _LONG_MAX) -> Any:
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
-
     spark = records.sparkSession
     keyed = records.select(F.expr(instance_id_sql()).alias("_cid"), "value", "headers")
     zone = spark.conf.get("spark.sql.session.timeZone")

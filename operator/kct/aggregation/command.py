@@ -1,16 +1,20 @@
 """`kct aggregate --config FILE`: run the Spark aggregation job locally (or inside spark-submit).
 
-pyspark is imported only when the command runs, so `kct --help` stays cheap.
+kct.aggregation.job (and with it pyspark) is imported only when the command runs, so `kct --help` and the
+operator, which import the CLI, stay cheap and need no pyspark.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "register"]
+from kct.aggregation.config import ConfigError, load_job_config
+
+__all__ = ["configure_logging", "main", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -31,9 +35,20 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until-drained", action="store_true", help="stream mode: stop once the topic is drained")
 
 
-def _handle(args: argparse.Namespace) -> int:
-    from kct.aggregation.config import ConfigError, load_job_config
+def configure_logging() -> None:
+    """The job's log lines (kct.aggregation.*, INFO and up) on stderr as `kct aggregate: <message>`, the
+    prefix scripts and the demo pick the job's lines out of Spark's by. Spark's and py4j's own loggers keep
+    their settings."""
+    logger = logging.getLogger("kct.aggregation")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("kct aggregate: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
+
+def _handle(args: argparse.Namespace) -> int:
     try:
         cfg = load_job_config(args.config)
     except ConfigError as exc:
@@ -49,6 +64,8 @@ def _handle(args: argparse.Namespace) -> int:
     if run_overrides:
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update=run_overrides)})
 
+    configure_logging()
+    # Deferred: kct.aggregation.job loads pyspark, which `kct --help` and the operator must not need.
     from kct.aggregation.job import run
 
     return run(cfg)

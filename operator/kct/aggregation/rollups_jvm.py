@@ -17,6 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from pyspark.sql import DataFrame
+
+from kct.aggregation.client_windows import quantile_spec
+from kct.aggregation.transforms import ROLLUP_COLUMNS, ROLLUP_DIMENSIONS
+
 __all__ = ["JVM_CLASS", "dimension_spec", "rollups_on_jvm"]
 
 JVM_CLASS: Final = "dev.kct.otlp.Rollups"
@@ -36,11 +41,6 @@ def rollups_on_jvm(client_metrics: Any, dimensions: dict[str, tuple[str, ...]] |
     (default dimensions: `transforms.ROLLUP_DIMENSIONS`); `in_one_task`: merged once, by one task (for as
     many rows as one task should take), else in two merges around a shuffle. Needs the decoder jar on the
     session's classpath."""
-    from pyspark.sql import DataFrame
-
-    from kct.aggregation.client_windows import quantile_spec
-    from kct.aggregation.transforms import ROLLUP_COLUMNS, ROLLUP_DIMENSIONS
-
     spark = client_metrics.sparkSession
     jdf = spark._jvm.dev.kct.otlp.Rollups.rollups(
         client_metrics._jdf, dimension_spec(dimensions or ROLLUP_DIMENSIONS), quantile_spec(), in_one_task)

@@ -11,7 +11,7 @@ batch transforms over the points of the windows it finalizes, and carries a smal
     final_before  windows starting before it were finalized; a point for one of them is late and dropped
     alert_rows    the client_metrics rows of the alert rules' metrics over the rules' look-back (the longest
               `forSeconds` + two windows), so a breach run that began in earlier micro-batches is seen
-              without reading the table back (kct.aggregation.job keeps them; `alert_rows_for` says for
+              without reading the table back (kct.aggregation.stream_writer keeps them; `alert_rows_for` says for
               which metrics and look-back, None where they are not kept)
 
 With ClientWindows (`advance_records`, kct.aggregation.client_windows) the micro-batches are records, not
@@ -40,30 +40,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from kct.aggregation.client_windows import client_metrics_and_last_rows, last_points_of, metrics_of, points_before
+from kct.aggregation.time_bounds import time_bound
 from kct.aggregation.transforms import client_metrics_and_last, sorted_points_of
 
-__all__ = ["Advance", "AlertRowsFor", "StateStore", "StreamState", "advance", "advance_records", "time_bound"]
+__all__ = ["Advance", "AlertRowsFor", "StateStore", "StreamState", "advance", "advance_records"]
 
 _NS = 1_000_000_000
-
-
-def time_bound(spark: Any, value: int) -> Column:
-    """A micro-batch's time bound (ns, or µs) to compare BIGINT times with, as a BIGINT column whose value the
-    generated code does not hold (the decoder jar's `dev.kct.otlp.Bound`, a UDF without arguments).
-
-    Spark writes a BIGINT or TIMESTAMP literal's value into the generated Java code (Literal.doGenCode), so
-    each micro-batch's new bounds made new classes to compile (~15 per micro-batch, tenths of a second); a
-    DECIMAL literal (handed to the code as a reference object) does not help, the optimizer narrows it back
-    into a BIGINT one (UnwrapCastInBinaryComparison). A UDF is not folded and the code only references it:
-    the code is the same every micro-batch and compiled once. Without the decoder jar (the Spark SQL stream
-    may run without it): the literal."""
-    from pyspark.sql.classic.column import Column as ClassicColumn
-
-    try:
-        column = spark.sparkContext._jvm.dev.kct.otlp.Bound.column(int(value))
-    except TypeError:  # py4j's JavaPackage (no such class) is not callable
-        return F.lit(int(value))
-    return ClassicColumn(column)
 
 
 @dataclass(frozen=True)
@@ -167,8 +150,6 @@ def advance_records(state: StreamState, records: DataFrame, *, window_seconds: i
 
     `finalized` is a filter of `sorted_points` (here ClientWindows' rows, client_metrics and last points in
     one): persist that first. `records` is read more than once: persist it."""
-    from kct.aggregation.client_windows import client_metrics_and_last_rows, last_points_of, metrics_of, points_before
-
     if state.pending is not None and not state.records:
         raise ValueError("the stream state holds points (source.aggregation sql): keep sql or start a new checkpoint")
     spark = records.sparkSession
@@ -222,7 +203,8 @@ class StateStore:
         self._Path = jvm.org.apache.hadoop.fs.Path
         self._fs = self._Path(self._root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
-    def _batches(self) -> list[int]:
+    def saved_batches(self) -> list[int]:
+        """The micro-batch ids whose state is saved, oldest first."""
         root = self._Path(self._root)
         if not self._fs.exists(root):
             return []
@@ -231,7 +213,7 @@ class StateStore:
 
     def load(self, batch_id: int) -> StreamState:
         """The state the newest micro-batch before `batch_id` left (empty when there is none)."""
-        earlier = [b for b in self._batches() if b < batch_id]
+        earlier = [b for b in self.saved_batches() if b < batch_id]
         if not earlier:
             return StreamState()
         base = f"{self._root}/{earlier[-1]}"
@@ -261,7 +243,7 @@ class StateStore:
     def holds_pending_points(self) -> bool:
         """Whether the newest saved state keeps pending points (the Spark SQL stream's), which the ClientWindows
         stream cannot take over (it keeps records)."""
-        batches = self._batches()
+        batches = self.saved_batches()
         if not batches:
             return False
         meta = self._meta(f"{self._root}/{batches[-1]}")
@@ -298,7 +280,7 @@ class StateStore:
         self._fs.delete(final, True)
         if not self._fs.rename(self._Path(staging), final):
             raise OSError(f"could not rename {staging} to {final}")
-        for old in self._batches()[: -self.KEEP]:
+        for old in self.saved_batches()[: -self.KEEP]:
             self._fs.delete(self._Path(f"{self._root}/{old}"), True)
 
     def _marker(self, batch_id: int, output: str) -> Any:

@@ -10,7 +10,9 @@ itself, but only accepts the plainest form of the one request the brokers send:
 Anything else, on any request of a connection, hands the connection over to aiohttp at that request's
 first byte (its RequestHandler gets the transport and the unread bytes), so every other route, every
 unusual or malformed request and every error the HTTP parser answers behave exactly as aiohttp does. The
-push itself goes through `ReceiverServer.handle_push`, the same code as the aiohttp route.
+push itself goes through `ReceiverServer.handle_push`, the same code as the aiohttp route. This module
+names what it needs of the server (`PushHandler`) and the `Answer` both HTTP layers send, so it imports no
+server: kct.receiver.server builds on it, never the reverse.
 
 Requests on one connection are answered in order, one at a time (as aiohttp does): while a push waits for
 Kafka, what else the sender writes is buffered (reading pauses only past one maximal request, so the usual
@@ -21,16 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from email.utils import formatdate
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from kct.receiver.config import ReceiverConfig
 from kct.receiver.errors import BadRequest
 
-if TYPE_CHECKING:
-    from kct.receiver.server import Answer, ReceiverServer
-
-__all__ = ["LeanIngestProtocol", "common_name", "encode_answer", "parse_head"]
+__all__ = ["Answer", "LeanIngestProtocol", "PushHandler", "common_name", "encode_answer", "parse_head"]
 
 MAX_HEAD = 8192
 _PREFIX = b"POST /v1/metrics HTTP/1.1\r\n"
@@ -41,6 +42,34 @@ _REFUSED = frozenset({"transfer-encoding", "expect", "upgrade"})
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 413: "Payload Too Large",
             415: "Unsupported Media Type", 429: "Too Many Requests", 500: "Internal Server Error",
             503: "Service Unavailable"}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What to send back for a push: status, body, content type, extra headers."""
+
+    status: int
+    body: bytes
+    content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class PushHandler(Protocol):
+    """What the lean path needs of the server behind it (kct.receiver.server.ReceiverServer)."""
+
+    @property
+    def config(self) -> ReceiverConfig: ...
+
+    @property
+    def lean_disabled(self) -> bool: ...
+
+    @property
+    def draining(self) -> bool: ...
+
+    async def handle_push(self, headers: Mapping[str, str], declared_length: int | None,
+                          read_body: Callable[[], Awaitable[bytes]], peer_principal: str | None) -> Answer:
+        """One `POST /v1/metrics` (`headers` with lower-case names)."""
+        ...
 
 
 class _Date:
@@ -102,7 +131,7 @@ def encode_answer(answer: Answer, keep_alive: bool) -> bytes:
 
 
 class LeanIngestProtocol(asyncio.Protocol):
-    def __init__(self, server: ReceiverServer, aiohttp_factory: Callable[[], Any],
+    def __init__(self, server: PushHandler, aiohttp_factory: Callable[[], Any],
                  connections: set[LeanIngestProtocol]) -> None:
         self._server = server
         self._aiohttp_factory = aiohttp_factory

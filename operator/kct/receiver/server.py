@@ -19,7 +19,6 @@ import signal
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -28,13 +27,13 @@ from aiohttp.http_exceptions import HttpProcessingError
 from kct.receiver.codec import encode_export_response, encode_status, negotiate, response_format
 from kct.receiver.config import ReceiverConfig, TlsConfig
 from kct.receiver.errors import BadRequest, PayloadTooLarge, PushRejected, Unauthorized, Unavailable
-from kct.receiver.ingest import LeanIngestProtocol, common_name
+from kct.receiver.ingest import Answer, LeanIngestProtocol, common_name
 from kct.receiver.pipeline import Pipeline, Push
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import CONTENT_TYPE_LATEST, Telemetry
 from kct.receiver.tokens import BearerTokens
 
-__all__ = ["Answer", "ReceiverServer", "build_ssl_context"]
+__all__ = ["ReceiverServer", "build_ssl_context"]
 
 log = logging.getLogger(__name__)
 
@@ -323,16 +322,6 @@ class _ParserRefusalLog(logging.Filter):
             self._server.parser_refused(exc)
             return False
         return True
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What to send back for a push: status, body, content type, extra headers."""
-
-    status: int
-    body: bytes
-    content_type: str
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 def _authenticate(headers: Mapping[str, str], tokens: BearerTokens) -> None:

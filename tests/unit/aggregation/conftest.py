@@ -46,7 +46,7 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def jvm_decoder(spark: Any) -> Any:
     """The session with the OTLP decoder jar (the decoder function and ClientWindows), built when missing."""
-    from kct.aggregation.job import decoder_jar, register_jvm_decoder
+    from kct.aggregation.session import decoder_jar, register_jvm_decoder
 
     jar = decoder_jar()
     if jar is None:

@@ -70,7 +70,7 @@ def test_batch_aggregation_engine_follows_the_config_and_the_jar(
     """Given `source.aggregation` and `source.decoder`, when batch mode picks how to compute client_metrics,
     then ClientWindows is used for `jvm`, and for `auto` only when the decoder jar is there and the decoder
     is not the Python one; the jar is not even looked up for `sql`."""
-    from kct.aggregation import job
+    from kct.aggregation import engine
     from kct.aggregation.config import AggregationConfig
 
     looked_up: list[bool] = []
@@ -79,11 +79,11 @@ def test_batch_aggregation_engine_follows_the_config_and_the_jar(
         looked_up.append(True)
         return jar
 
-    monkeypatch.setattr(job, "register_jvm_decoder", register)
+    monkeypatch.setattr(engine, "register_jvm_decoder", register)
     cfg = AggregationConfig.model_validate({
         "source": {"bootstrapServers": "k:9092", "decoder": decoder, "aggregation": aggregation},
         "parquet": {"path": "/unused"}})
-    assert job._use_client_windows(object(), cfg) is expected
+    assert engine.use_client_windows(object(), cfg) is expected
     assert looked_up == ([] if aggregation == "sql" or decoder == "python" else [True])
 
 
@@ -91,11 +91,11 @@ def test_jvm_aggregation_without_the_jar_is_an_error_naming_the_build_command(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Given `source.aggregation: jvm` and no decoder jar, then batch mode refuses with the command that builds
     it (no silent fallback to what the user did not ask for)."""
-    from kct.aggregation import job
+    from kct.aggregation import engine
     from kct.aggregation.config import AggregationConfig
 
-    monkeypatch.setattr(job, "register_jvm_decoder", lambda _spark: False)
+    monkeypatch.setattr(engine, "register_jvm_decoder", lambda _spark: False)
     cfg = AggregationConfig.model_validate({
         "source": {"bootstrapServers": "k:9092", "aggregation": "jvm"}, "parquet": {"path": "/unused"}})
     with pytest.raises(RuntimeError, match=r"install\.py --decoder-only"):
-        job._use_client_windows(object(), cfg)
+        engine.use_client_windows(object(), cfg)

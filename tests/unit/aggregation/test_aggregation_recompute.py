@@ -135,7 +135,7 @@ def test_spark_pipeline_agrees_with_a_plain_python_recomputation(spark: Any) -> 
     When Spark decodes and aggregates them and plain Python recomputes from the protobuf messages,
     Then every (instance, metric, attributes, window) row agrees within floating-point tolerance."""
     from kct.aggregation.decode import RAW_SCHEMA_DDL
-    from kct.aggregation.job import decode_records
+    from kct.aggregation.source import decode_records
     from kct.aggregation.transforms import aggregate_client_metrics
 
     records = make_records()

@@ -1,4 +1,4 @@
-"""The streaming job's foreachBatch functions (kct.aggregation.job) when Spark replays a micro-batch: after
+"""The streaming job's foreachBatch functions (kct.aggregation.stream_writer) when Spark replays a micro-batch: after
 a driver crash, the batch Spark had not committed runs again with the same id and the same records; its
 outputs already appended must not be appended twice."""
 
@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 from aggregation_helpers import point, points_df
 
-from kct.aggregation import job
+from kct.aggregation import outputs
 from kct.aggregation.config import AggregationConfig, ParquetOutputConfig, RunConfig, SourceConfig, WindowConfig
+from kct.aggregation.outputs import ROWS_PER_FILE, files_for
+from kct.aggregation.stream_alerts import kept_alert_rows
+from kct.aggregation.stream_writer import metrics_batch_writer, state_store
 
 pytestmark = pytest.mark.spark
 
@@ -35,7 +38,7 @@ def test_a_replayed_metrics_batch_appends_its_windows_once(spark: Any, tmp_path:
     When batch 1 runs twice (the replay after a crash before Spark committed it),
     Then client_metrics holds each finalized window once, and as many rows as an uninterrupted run."""
     cfg = config(tmp_path)
-    write = job._metrics_batch_writer(spark, cfg)
+    write = metrics_batch_writer(spark, cfg)
     first = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)])
     second = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
     write(first, 0)
@@ -52,7 +55,7 @@ def test_a_replayed_terminations_batch_appends_them_once(spark: Any, tmp_path: P
     and then the next batch runs, Then the terminations table holds one row per terminating push (written
     by the metrics query's foreachBatch, as its other outputs)."""
     cfg = config(tmp_path)
-    write = job._metrics_batch_writer(spark, cfg)
+    write = metrics_batch_writer(spark, cfg)
     ending = points_df(spark, [point(QTIME, 70, 1.0, terminating=True, offset=2)])
     later = points_df(spark, [point(QTIME, 80, 1.0, terminating=True, offset=5, client_instance_id="inst-2")])
     write(ending, 0)
@@ -69,7 +72,7 @@ def test_a_crash_between_an_append_and_its_mark_does_not_append_twice(spark: Any
     from kct.aggregation.stream import StateStore
 
     cfg = config(tmp_path)
-    write = job._metrics_batch_writer(spark, cfg)
+    write = metrics_batch_writer(spark, cfg)
     write(points_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)]), 0)
     second = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
     mark = StateStore.mark_written
@@ -83,7 +86,7 @@ def test_a_crash_between_an_append_and_its_mark_does_not_append_twice(spark: Any
     with pytest.raises(RuntimeError, match="driver killed"):
         write(second, 1)
     monkeypatch.setattr(StateStore, "mark_written", mark)
-    job._metrics_batch_writer(spark, cfg)(second, 1)  # the new driver's replay
+    metrics_batch_writer(spark, cfg)(second, 1)  # the new driver's replay
     windows = sorted(r.window_start for r in rows(spark, cfg, "client_metrics"))
     assert len(windows) == 2 and len(set(windows)) == 2
 
@@ -142,7 +145,7 @@ def test_a_breach_run_across_midnight_is_seen_from_the_kept_rows_or_the_previous
     old.mkdir(parents=True)
     (old / "part-00000-old.parquet").write_bytes(b"not parquet")
     # T0 is 2023-11-14 22:14:00 UTC: t = 6360 s is midnight.
-    write = job._metrics_batch_writer(spark, cfg)
+    write = metrics_batch_writer(spark, cfg)
     write(points_df(spark, [point(QTIME, t, 7000.0) for t in (6200, 6230, 6290, 6350)]), 0)
     state = Path(cfg.checkpoint_dir()) / "client_metrics_state"
     meta = json.loads((state / "0" / "meta.json").read_text())
@@ -180,13 +183,13 @@ def test_kept_alert_rows_serve_only_the_rules_and_look_back_they_were_kept_for()
     rule = ThresholdRule(name="queue", metric=QTIME, field="max", op=">", threshold=5000, for_seconds=120)
     cfg = config(Path("/unused")).model_copy(update={"rules": (rule,)})
     kept = StreamState(alert_rows_for=AlertRowsFor((QTIME,), since_s=1000))
-    assert job._kept_alert_rows(cfg, kept, 1240 * 1_000_000)
-    assert job._kept_alert_rows(cfg, kept, 5000 * 1_000_000)
-    assert not job._kept_alert_rows(cfg, kept, 1239 * 1_000_000)
+    assert kept_alert_rows(cfg, kept, 1240 * 1_000_000)
+    assert kept_alert_rows(cfg, kept, 5000 * 1_000_000)
+    assert not kept_alert_rows(cfg, kept, 1239 * 1_000_000)
     other = cfg.model_copy(update={"rules": (rule, rule.model_copy(update={"name": "rtt", "metric": "rtt"}))})
-    assert not job._kept_alert_rows(other, kept, 5000 * 1_000_000)
-    assert not job._kept_alert_rows(cfg, StreamState(), 5000 * 1_000_000)
-    assert not job._kept_alert_rows(cfg, None, 5000 * 1_000_000)
+    assert not kept_alert_rows(other, kept, 5000 * 1_000_000)
+    assert not kept_alert_rows(cfg, StreamState(), 5000 * 1_000_000)
+    assert not kept_alert_rows(cfg, None, 5000 * 1_000_000)
 
 
 def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(spark: Any, tmp_path: Path) -> None:
@@ -194,7 +197,7 @@ def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(spark: Any, 
     every shuffle partition), When they run, Then each wrote one client_metrics and one rollups file per date
     (not one per shuffle partition); and a write is spread over one file per ROWS_PER_FILE rows started."""
     cfg = config(tmp_path)
-    write = job._metrics_batch_writer(spark, cfg)
+    write = metrics_batch_writer(spark, cfg)
     series = [{"client_instance_id": f"inst-{i}", "client_id": f"producer-{i}"} for i in range(8)]
     write(points_df(spark, [point(QTIME, t, 1.0 + t, **s) for t in (10, 40, 70, 100) for s in series]), 0)
     write(points_df(spark, [point(QTIME, t, 1.0 + t, **s) for t in (130, 160, 190) for s in series]), 1)
@@ -202,7 +205,7 @@ def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(spark: Any, 
         files = sorted((tmp_path / "out" / table).rglob("*.parquet"))
         assert [f.parent.name for f in files] == ["date=2023-11-14"] * 2, (table, files)
     assert len(rows(spark, cfg, "client_metrics")) == 8 * 3
-    assert [job.files_for(n) for n in (0, 1, job.ROWS_PER_FILE, job.ROWS_PER_FILE + 1)] == [1, 1, 1, 2]
+    assert [files_for(n) for n in (0, 1, ROWS_PER_FILE, ROWS_PER_FILE + 1)] == [1, 1, 1, 2]
 
 
 def test_a_batch_whose_output_failed_after_its_state_was_saved_replays_to_the_uninterrupted_result(
@@ -213,7 +216,6 @@ def test_a_batch_whose_output_failed_after_its_state_was_saved_replays_to_the_un
     When the driver replays batch 1 and goes on with batch 2,
     Then the failed attempt had saved batch 1's state, and client_metrics and rollups equal an uninterrupted
     run's, row for row: the replay started from batch 0's state, not from its own."""
-    from kct.aggregation.stream import StateStore
 
     sent = "org.apache.kafka.producer.record.send.total"
 
@@ -228,23 +230,23 @@ def test_a_batch_whose_output_failed_after_its_state_was_saved_replays_to_the_un
 
     plain = config(tmp_path / "plain")
     for b, times in enumerate(batches):
-        job._metrics_batch_writer(spark, plain)(counter(times), b)
+        metrics_batch_writer(spark, plain)(counter(times), b)
 
     cfg = config(tmp_path / "failing")
-    job._metrics_batch_writer(spark, cfg)(counter(batches[0]), 0)
-    write_table = job._write
+    metrics_batch_writer(spark, cfg)(counter(batches[0]), 0)
+    write_table = outputs.write_table
 
     def disk_full(df: Any, c: AggregationConfig, table: str, *args: Any, **kwargs: Any) -> None:
         if table == "rollups":
             raise OSError("disk full")
         write_table(df, c, table, *args, **kwargs)
 
-    monkeypatch.setattr(job, "_write", disk_full)
+    monkeypatch.setattr(outputs, "write_table", disk_full)
     with pytest.raises(OSError, match="disk full"):
-        job._metrics_batch_writer(spark, cfg)(counter(batches[1]), 1)
-    monkeypatch.setattr(job, "_write", write_table)
-    assert StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics_state")._batches() == [0, 1]
-    replay = job._metrics_batch_writer(spark, cfg)  # the new driver's
+        metrics_batch_writer(spark, cfg)(counter(batches[1]), 1)
+    monkeypatch.setattr(outputs, "write_table", write_table)
+    assert state_store(spark, cfg).saved_batches() == [0, 1]
+    replay = metrics_batch_writer(spark, cfg)  # the new driver's
     replay(counter(batches[1]), 1)
     replay(counter(batches[2]), 2)
     for table in ("client_metrics", "rollups"):

@@ -81,7 +81,7 @@ def synthetic_points(spark: Any) -> Any:
     """Realistic points: 3 producers pushing every 10 s for 12 minutes, one restarting (counters from zero,
     new start time) after 6 minutes; cumulative counters, gauges and a cumulative histogram."""
     from kct.aggregation.decode import RAW_SCHEMA_DDL
-    from kct.aggregation.job import decode_records
+    from kct.aggregation.source import decode_records
     from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient
 
     t0 = 1_700_000_040 * S
@@ -187,31 +187,32 @@ def test_auto_keeps_a_resumed_sql_stream_on_sql_and_jvm_is_still_refused_such_a_
     place), when the stream starts with `source.aggregation: auto` and the decoder jar, then it stays on Spark
     SQL; with a fresh checkpoint it takes ClientWindows; a state of records (ClientWindows') does not hold it
     back; and `advance_records` refuses a state of points with the way out."""
-    from kct.aggregation import job
+    from kct.aggregation import engine
     from kct.aggregation.config import AggregationConfig
     from kct.aggregation.stream import StreamState, advance_records
+    from kct.aggregation.stream_writer import state_store, stream_uses_client_windows
 
-    monkeypatch.setattr(job, "register_jvm_decoder", lambda _spark: True)
+    monkeypatch.setattr(engine, "register_jvm_decoder", lambda _spark: True)
 
     def config(checkpoints: Path) -> AggregationConfig:
         return AggregationConfig.model_validate({
             "source": {"bootstrapServers": "k:9092"}, "parquet": {"path": str(tmp_path / "out")},
             "run": {"checkpointPath": str(checkpoints)}})
 
-    assert job._stream_uses_client_windows(spark, config(tmp_path / "fresh"))
+    assert stream_uses_client_windows(spark, config(tmp_path / "fresh"))
     resumed = config(tmp_path / "sql")
-    store = job._state_store(spark, resumed)
+    store = state_store(spark, resumed)
     micro_batch(spark, store, 0, points_df(spark, [counter(10, 5, start_s=-1), counter(70, 9, start_s=-1)]))
     assert store.holds_pending_points()
-    assert not job._stream_uses_client_windows(spark, resumed)
+    assert not stream_uses_client_windows(spark, resumed)
     with pytest.raises(ValueError, match="new checkpoint"):
         advance_records(store.load(1), spark.range(0).toDF("x"), window_seconds=60, watermark_seconds=60,
                         lookback_windows=5)
     records = config(tmp_path / "jvm")
-    job._state_store(spark, records).save(0, StreamState(pending=spark.range(1).toDF("x"), max_time_ns=0,
-                                                         final_before_s=0, records=True))
-    assert not job._state_store(spark, records).holds_pending_points()
-    assert job._stream_uses_client_windows(spark, records)
+    state_store(spark, records).save(0, StreamState(pending=spark.range(1).toDF("x"), max_time_ns=0,
+                                                    final_before_s=0, records=True))
+    assert not state_store(spark, records).holds_pending_points()
+    assert stream_uses_client_windows(spark, records)
 
 
 def test_a_state_is_read_back_with_the_schema_it_was_saved_with_and_older_states_still_load(

@@ -26,7 +26,7 @@ from kct.aggregation.client_windows import (
 )
 from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import RAW_SCHEMA_DDL
-from kct.aggregation.job import decode_records
+from kct.aggregation.source import decode_records
 from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient, build_request
 from kct.aggregation.transforms import (
     CLIENT_METRICS_COLUMNS,
@@ -435,19 +435,19 @@ def test_run_batch_with_jvm_aggregation_writes_the_same_tables(jvm: Any, tmp_pat
     When run_batch runs with `source.aggregation` sql and then jvm,
     Then both write the same counts, the same client_metrics rows and the same rollups rows (doubles summed
     over instances up to the order of the sum)."""
-    from kct.aggregation import job
+    from kct.aggregation import batch
 
     spark = jvm
     raw = spark.createDataFrame(
         [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())], RAW_SCHEMA_DDL)
-    monkeypatch.setattr(job, "read_records", lambda *_a, **_k: raw)
+    monkeypatch.setattr(batch, "read_records", lambda *_a, **_k: raw)
     tables: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
     counts = {}
     for aggregation in ("sql", "jvm"):
         cfg = AggregationConfig.model_validate({
             "source": {"bootstrapServers": "unused", "decoder": "jvm", "aggregation": aggregation},
             "parquet": {"path": str(tmp_path / aggregation)}})
-        counts[aggregation] = job.run_batch(spark, cfg)
+        counts[aggregation] = batch.run_batch(spark, cfg)
         tables[aggregation] = {}
         for table in ("client_metrics", "rollups"):
             df = spark.read.parquet(str(tmp_path / aggregation / table))

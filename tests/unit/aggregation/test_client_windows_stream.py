@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from test_client_windows import T0, S, _raw_records, _rows
 
-from kct.aggregation import job
 from kct.aggregation.client_windows import client_metrics_from_records, with_push_times
 from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import RAW_SCHEMA_DDL
-from kct.aggregation.job import decode_records
+from kct.aggregation.source import decode_records
 from kct.aggregation.stream import StateStore, advance, advance_records
+from kct.aggregation.stream_writer import metrics_batch_writer
 from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS, aggregate_client_metrics
 
 pytestmark = pytest.mark.spark
@@ -155,7 +155,7 @@ def test_jvm_stream_hands_clientwindows_only_records_with_a_point_in_the_windows
     were such records to leave out."""
     from pyspark.sql import functions as F
 
-    from kct.aggregation import client_windows
+    from kct.aggregation import client_windows, stream
 
     handed_too_early: list[int] = []
     aggregate = client_windows.client_metrics_and_last_rows
@@ -165,7 +165,7 @@ def test_jvm_stream_hands_clientwindows_only_records_with_a_point_in_the_windows
         handed_too_early.append(not_due.count())
         return aggregate(records, **kwargs)
 
-    monkeypatch.setattr(client_windows, "client_metrics_and_last_rows", spy)
+    monkeypatch.setattr(stream, "client_metrics_and_last_rows", spy)  # where advance_records looks it up
     records, batches = staged(jvm, late_beyond=False)
     store = StateStore(jvm, str(tmp_path / "jvm"))
     left_pending = 0
@@ -257,14 +257,14 @@ def test_a_replayed_jvm_metrics_batch_appends_its_windows_once(jvm: Any, tmp_pat
     records, _ = staged(jvm, late_beyond=False)
     first, second = (records.where(F.col("_b") == b).drop("_b") for b in (1, 2))
     jvm_cfg, sql_cfg = config(tmp_path / "jvm"), config(tmp_path / "sql")
-    write = job._metrics_batch_writer(jvm, jvm_cfg, client_windows=True)
+    write = metrics_batch_writer(jvm, jvm_cfg, client_windows=True)
     write(first, 0)
     write(second, 1)
     once = _rows(jvm.read.parquet(f"{jvm_cfg.parquet.path}/client_metrics"), CLIENT_METRICS_COLUMNS)
     write(second, 1)
     again = _rows(jvm.read.parquet(f"{jvm_cfg.parquet.path}/client_metrics"), CLIENT_METRICS_COLUMNS)
     assert len(once) > 50 and again == once
-    write_sql = job._metrics_batch_writer(jvm, sql_cfg)
+    write_sql = metrics_batch_writer(jvm, sql_cfg)
     write_sql(decode_records(first, sql_cfg), 0)
     write_sql(decode_records(second, sql_cfg), 1)
     assert _rows(jvm.read.parquet(f"{sql_cfg.parquet.path}/client_metrics"), CLIENT_METRICS_COLUMNS) == once
@@ -292,7 +292,7 @@ def test_the_jvm_streams_micro_batches_write_the_terminations_batch_mode_finds(j
         "headers", F.filter("headers", lambda h: ~F.lower(h.key).isin(flags)))
     assert records.where(flagged).count() == 1
     records = records.unionByName(unflagged).persist()
-    write = job._metrics_batch_writer(jvm, cfg, client_windows=True)
+    write = metrics_batch_writer(jvm, cfg, client_windows=True)
     for b in range(batches):
         write(records.where(F.col("_b") == b).drop("_b"), b)
         if b == batches // 2:
@@ -311,7 +311,7 @@ def test_a_time_bound_keeps_the_rows_the_literal_keeps_in_code_that_does_not_cha
     with time_bound, while it differs with literals: what made each micro-batch compile new classes."""
     from pyspark.sql import functions as F
 
-    from kct.aggregation.stream import time_bound
+    from kct.aggregation.time_bounds import time_bound
 
     # From range(), not local rows: Spark would filter those while planning, with no generated code.
     times = jvm.range(-3, 4).select((F.lit(T0) + F.col("id") * F.lit(S)).alias("t"))

@@ -1,6 +1,6 @@
-"""A run's outputs are written at the same time (`job._concurrently`): in batch mode every table, in a
+"""A run's outputs are written at the same time (`outputs.concurrently`): in batch mode every table, in a
 micro-batch every output not written yet by its batch id, alerts after the client_metrics they read
-(`job._write_once`). Fakes stand in for Spark's actions and the stream's state store: the order and overlap of
+(`stream_writer.write_once`). Fakes stand in for Spark's actions and the stream's state store: the order and overlap of
 the writes is what is tested, the tables themselves are tested with Spark elsewhere."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kct.aggregation import job
+from kct.aggregation.outputs import concurrently
+from kct.aggregation.stream_writer import write_once
 
 # Long enough for a loaded CI machine to start a thread; a sequential run never reaches the other party at all.
 _MEET_SECONDS = 30
@@ -45,7 +46,7 @@ def _meeting_of_two(calls: list[str]) -> Callable[[str], None]:
 
 def test_outputs_run_side_by_side_and_return_their_results_by_name() -> None:
     """Given two outputs that each wait for the other to start (a barrier of two),
-    when they run through `_concurrently`,
+    when they run through `concurrently`,
     then both pass the barrier (run one after the other, the first would wait alone and break it) and their
     results come back under their names."""
     both_started = threading.Barrier(2, timeout=_MEET_SECONDS)
@@ -54,13 +55,13 @@ def test_outputs_run_side_by_side_and_return_their_results_by_name() -> None:
         both_started.wait()
         return rows
 
-    assert job._concurrently({"client_metrics": lambda: output(3), "rollups": lambda: output(5)}) == {
+    assert concurrently({"client_metrics": lambda: output(3), "rollups": lambda: output(5)}) == {
         "client_metrics": 3, "rollups": 5}
 
 
 def test_a_failed_output_is_raised_once_the_others_ended() -> None:
     """Given an output that fails at once and one that is still writing,
-    when they run through `_concurrently`,
+    when they run through `concurrently`,
     then the failure is raised, and only after the other output finished (no write left running behind the
     caller's back)."""
     failed = threading.Event()
@@ -75,14 +76,14 @@ def test_a_failed_output_is_raised_once_the_others_ended() -> None:
         finished.append("rollups")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        job._concurrently({"client_metrics": fail, "rollups": slow})
+        concurrently({"client_metrics": fail, "rollups": slow})
     assert finished == ["rollups"]
 
 
 def test_a_micro_batch_writes_its_outputs_together_alerts_after_client_metrics_and_skips_written_ones() -> None:
     """Given a replayed micro-batch whose terminations were already written, and outputs client_metrics and
     rollups that each wait for the other to start,
-    when `_write_once` writes them,
+    when `write_once` writes them,
     then client_metrics and rollups ran side by side, alerts ran only once client_metrics was written and
     marked, terminations were not written again, and every output is marked for the batch."""
     store = _Store({"7/terminations"})
@@ -93,7 +94,7 @@ def test_a_micro_batch_writes_its_outputs_together_alerts_after_client_metrics_a
         assert store.written(7, "client_metrics"), "alerts read client_metrics' rows of this batch"
         calls.append("alerts")
 
-    job._write_once(None, store, 7, {
+    write_once(None, store, 7, {
         "client_metrics": lambda: side_by_side("client_metrics"),
         "rollups": lambda: side_by_side("rollups"),
         "alerts": alerts,
@@ -106,11 +107,11 @@ def test_a_micro_batch_writes_its_outputs_together_alerts_after_client_metrics_a
 
 def test_alerts_of_a_replay_whose_client_metrics_were_written_do_not_wait_for_them() -> None:
     """Given a replayed micro-batch that wrote client_metrics but not alerts,
-    when `_write_once` writes its outputs,
+    when `write_once` writes its outputs,
     then alerts are written, and client_metrics not again."""
     store = _Store({"3/client_metrics"})
     calls: list[str] = []
-    job._write_once(None, store, 3, {"client_metrics": lambda: calls.append("client_metrics"),
+    write_once(None, store, 3, {"client_metrics": lambda: calls.append("client_metrics"),
                                "alerts": lambda: calls.append("alerts")})
     assert calls == ["alerts"]
 
@@ -118,14 +119,14 @@ def test_alerts_of_a_replay_whose_client_metrics_were_written_do_not_wait_for_th
 def test_the_stream_state_is_saved_while_the_outputs_are_written_and_on_every_attempt() -> None:
     """Given a replayed micro-batch whose client_metrics were written, rollups that wait for the state's save
     to start, and the state's save passed `alongside`,
-    when `_write_once` writes them,
+    when `write_once` writes them,
     then the save ran side by side with rollups, was not marked as an output, and client_metrics was not
     written again."""
     store = _Store({"4/client_metrics"})
     calls: list[str] = []
     side_by_side = _meeting_of_two(calls)
 
-    job._write_once(None, store, 4, {"client_metrics": lambda: calls.append("client_metrics"),
+    write_once(None, store, 4, {"client_metrics": lambda: calls.append("client_metrics"),
                                      "rollups": lambda: side_by_side("rollups")},
                     alongside={"state": lambda: side_by_side("state")})
     assert sorted(calls) == ["rollups", "state"]

@@ -42,7 +42,7 @@ def test_build_session_sets_the_jobs_tuning_and_the_config_overrides_it(monkeypa
     Then every JOB_SPARK_CONF entry is set (the driver's JVM options included), the override wins."""
     from pyspark.sql import SparkSession
 
-    from kct.aggregation import job
+    from kct.aggregation.session import build_session
 
     builder = _RecordingBuilder()
     monkeypatch.setattr(SparkSession, "builder", builder)
@@ -52,7 +52,7 @@ def test_build_session_sets_the_jobs_tuning_and_the_config_overrides_it(monkeypa
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     cfg = parse_job_config({"source": {"bootstrapServers": "unused:9092"}, "parquet": {"path": "/tmp/unused"},
                             "spark": {"conf": {"spark.sql.codegen.cache.maxEntries": "7"}}})
-    conf: Any = job.build_session(cfg)
+    conf: Any = build_session(cfg)
     assert "-XX:+UseParallelGC" in JOB_JAVA_OPTIONS
     assert conf["spark.driver.extraJavaOptions"] == JOB_JAVA_OPTIONS
     assert conf["spark.sql.codegen.cache.maxEntries"] == "7"

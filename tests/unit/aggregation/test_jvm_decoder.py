@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kct.aggregation.decode import RAW_SCHEMA_DDL, decode_push, jvm_points
-from kct.aggregation.job import decode_records
+from kct.aggregation.source import decode_records
 from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient, build_request
 from kct.otlp import labels as L
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kct.aggregation.config import ConfigError, parse_job_config
-from kct.aggregation.job import read_records
+from kct.aggregation.source import read_records
 
 
 def test_reading_without_sparks_kafka_source_names_the_fix(spark: Any) -> None:
@@ -31,7 +31,7 @@ def test_under_spark_submit_the_config_does_not_replace_the_master(monkeypatch: 
     """Given the Python process of a SparkApplication's driver (spark-submit hands its JVM over through
     PYSPARK_GATEWAY_PORT and _SECRET), Then the job counts as submitted, and `spark.master` of its config
     (local[*] by default) is not applied; a plain `kct aggregate` is not."""
-    from kct.aggregation.job import submitted_by_spark_submit
+    from kct.aggregation.session import submitted_by_spark_submit
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.delenv("PYSPARK_GATEWAY_SECRET", raising=False)
@@ -73,7 +73,7 @@ def test_the_consumers_do_not_hold_fetches_unless_the_config_says_so(streaming: 
     When the job reads the topic (batch and stream),
     Then Spark's consumers let the broker hold an empty fetch FETCH_MAX_WAIT_MS, not Kafka's 500 ms (which
     idled each task for about that long), and the config's own value wins."""
-    from kct.aggregation.job import FETCH_MAX_WAIT_MS
+    from kct.aggregation.source import FETCH_MAX_WAIT_MS
 
     for given, expected in ((None, str(FETCH_MAX_WAIT_MS)), ("250", "250")):
         props = {} if given is None else {"fetch.max.wait.ms": given}

@@ -310,7 +310,8 @@ def test_jvm_rollups_in_one_task_merge_every_partition_once_without_a_shuffle(jv
     Then the same rows; the one task's come in one partition and nothing is shuffled for them, where two
     merges shuffle their partial rows; and the job merges in one task the roll-ups of up to
     ROLLUP_ROWS_PER_TASK client_metrics rows, of more in two merges."""
-    from kct.aggregation.job import ROLLUP_ROWS_PER_TASK, _rollups
+    from kct.aggregation import engine
+    from kct.aggregation.engine import ROLLUP_ROWS_PER_TASK
 
     metrics = _frame(jvm, _client_metrics(seed=4, instances=6, windows=2))
     partitions, lineage = _lineage(metrics)
@@ -322,5 +323,5 @@ def test_jvm_rollups_in_one_task_merge_every_partition_once_without_a_shuffle(jv
     assert partitions == 1 and "ShuffledRowRDD" not in lineage
     assert "ShuffledRowRDD" in _lineage(two)[1]
 
-    assert _lineage(_rollups(metrics, True, ROLLUP_ROWS_PER_TASK))[0] == 1
-    assert "ShuffledRowRDD" in _lineage(_rollups(metrics, True, ROLLUP_ROWS_PER_TASK + 1))[1]
+    assert _lineage(engine.rollups(metrics, True, ROLLUP_ROWS_PER_TASK))[0] == 1
+    assert "ShuffledRowRDD" in _lineage(engine.rollups(metrics, True, ROLLUP_ROWS_PER_TASK + 1))[1]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kct.aggregation import job
+from kct.aggregation.session import cache_conf
 
 pytestmark = pytest.mark.spark
 
@@ -120,5 +120,5 @@ def test_rows_computed_by_a_plan_are_cached_as_they_are_read(jvm: Any) -> None:
 def test_the_job_session_caches_rows_when_the_decoder_jar_is_on_its_classpath() -> None:
     """Given the decoder jar (it holds RowCache), the settings `build_session` adds name RowCache as the cache
     serializer; without the jar (the Python decoder) they do not: the class could not be loaded."""
-    assert job.cache_conf(True) == {"spark.sql.cache.serializer": "dev.kct.otlp.RowCache"}
-    assert job.cache_conf(False) == {}
+    assert cache_conf(True) == {"spark.sql.cache.serializer": "dev.kct.otlp.RowCache"}
+    assert cache_conf(False) == {}

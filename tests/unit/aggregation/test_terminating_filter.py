@@ -1,4 +1,4 @@
-"""The filter of records that may hold a termination (`job._may_terminate`): the decoder jar's Java filter
+"""The filter of records that may hold a termination (`terminating.may_terminate`): the decoder jar's Java filter
 (`dev.kct.otlp.Terminating`) keeps the same records as the Spark SQL filter it replaces, which stays the one
 used without the jar. Header names and flags in every case, the metric name anywhere in the push (at its
 start, at its end, cut short, after a near miss), nulls, and random pushes with names planted in them."""
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from kct.aggregation.decode import RAW_SCHEMA_DDL
-from kct.aggregation.job import _may_terminate, _may_terminate_sql
 from kct.aggregation.synthetic import build_request
+from kct.aggregation.terminating import may_terminate, may_terminate_sql
 from kct.otlp import labels as L
 
 pytestmark = pytest.mark.spark
@@ -85,8 +85,8 @@ def test_the_jvm_filter_keeps_the_records_the_sql_filter_keeps(jvm: Any) -> None
     from pyspark.sql import functions as F
 
     records = _records(jvm)
-    sql = F.coalesce(_may_terminate_sql(), F.lit(False))
-    both = records.select("offset", _may_terminate(jvm).alias("jvm"), sql.alias("sql"))
+    sql = F.coalesce(may_terminate_sql(), F.lit(False))
+    both = records.select("offset", may_terminate(jvm).alias("jvm"), sql.alias("sql"))
     rows = sorted(both.collect())
     disagree = [(r["offset"], r["jvm"], r["sql"]) for r in rows if r["jvm"] != r["sql"]]
     assert not disagree
@@ -99,10 +99,10 @@ def test_the_jvm_filter_keeps_the_records_the_sql_filter_keeps(jvm: Any) -> None
 
 
 def test_with_the_jar_the_job_filters_on_the_jvm(jvm: Any) -> None:
-    """`_may_terminate` takes the Java filter when the jar is there (its plan calls Terminating), not the SQL
+    """`may_terminate` takes the Java filter when the jar is there (its plan calls Terminating), not the SQL
     one (whose plan has the `exists` lambda)."""
-    plan = _records(jvm).where(_may_terminate(jvm))._jdf.queryExecution().analyzed().toString()
+    plan = _records(jvm).where(may_terminate(jvm))._jdf.queryExecution().analyzed().toString()
     assert "Terminating" in plan or "UDF" in plan
     assert "exists(" not in plan.lower() and "lambda" not in plan.lower()
-    counted = _records(jvm).where(_may_terminate(jvm)).count()
+    counted = _records(jvm).where(may_terminate(jvm)).count()
     assert counted > 0

@@ -109,9 +109,10 @@ def test_the_jobs_entry_runs(unpacked: tuple[Path, Any]) -> None:
 SESSION_PROBE = """
 import json
 from pyspark.sql import SparkSession
-from kct.aggregation.job import _require_kafka_source, register_jvm_decoder
+from kct.aggregation.session import register_jvm_decoder
+from kct.aggregation.source import require_kafka_source
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-_require_kafka_source(spark)
+require_kafka_source(spark)
 print(json.dumps({"spark": spark.version, "decoder": register_jvm_decoder(spark)}))
 spark.stop()
 """
