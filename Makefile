@@ -97,7 +97,8 @@ demo: venv spark-jars images spark-operator  ## the whole system on the node sta
 bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures written to docs/benchmarks/results.md (BENCH_ARGS=--full: the scripts' defaults)
 	$(VPY) bench/run_all.py $(BENCH_ARGS)
 
-manifests: venv  ## regenerate helm/kct/crds, deploy/install.yaml, deploy/argocd/argocd-cm-health.yaml, docs/reference/crds.md and spark/*.yaml
+manifests: venv  ## regenerate crds/ (from the spec models), helm/kct/crds, deploy/install.yaml, deploy/argocd/argocd-cm-health.yaml, docs/reference/crds.md and spark/*.yaml
+	$(VENV)/bin/kct crds generate
 	$(PYTHON) dev/gen_install_manifest.py
 	$(VPY) dev/gen_crd_docs.py
 	$(VPY) dev/gen_spark_manifests.py

@@ -42,7 +42,7 @@ __all__ = [
 
 
 class SourceConfig(StrictModel):
-    """Where the receiver's records are: one topic, one record per push (see the README's record format),
+    """Where the receiver's records are: one topic, one record per push (docs/user-guide.md, the record format),
     read with Spark's own Kafka source (spark-sql-kafka-0-10)."""
 
     bootstrap_servers: str = Field(min_length=1)
@@ -134,7 +134,7 @@ class RunConfig(StrictModel):
 # the batch and 40.5-43.0 instead of 48.0-49.9 for the stream (the tasks' threads ~3 CPU-s less, the JIT
 # compilers ~2 less: G1's write barriers cost in the compiled code and in compiling it); the job's pauses do
 # not matter, its throughput does. C2-only (-TieredCompilation) and higher C2 thresholds (x3; x10 and x20
-# again later: less JIT, but the benchmark's first batch slower) were measured too and dropped (spark/README.md).
+# again later: less JIT, but the benchmark's first batch slower) were measured too and dropped.
 JOB_JAVA_OPTIONS: Final = "-XX:+UseParallelGC"
 # Spark settings the job is tuned with: `job.build_session` sets them when it creates the session, the
 # operator renders them into the SparkApplication's `sparkConf` (and spark/*.yaml hold them too); a job

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # client_metrics rows whose roll-ups one task merges (kct.aggregation.rollups_jvm, `in_one_task`): more are
 # merged in two steps around a shuffle. One task over 180,000 rows (1M points) took 0.47-0.58 task CPU-s with
-# its write where two merges took 0.81-0.84 (spark/README.md). Its hash map then holds the groups of up to
+# its write where two merges took 0.81-0.84 (bench/spark_throughput.py). Its hash map then holds the groups of up to
 # this many rows, as a first-merge task of a one-file write (outputs.ROWS_PER_FILE) over 4 shuffle partitions did.
 ROLLUP_ROWS_PER_TASK = 500_000
 

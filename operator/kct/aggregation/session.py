@@ -32,7 +32,7 @@ __all__ = [
 
 # The job's caches (a run's records, its client_metrics rows) are read whole, once or twice: dev.kct.otlp.RowCache
 # keeps them as UnsafeRows instead of encoding every column into compressed buffers and decoding it again
-# (~20 % of a warm run's task CPU, spark/README.md).
+# (~20 % of a warm run's task CPU, bench/spark_throughput.py).
 ROW_CACHE_SERIALIZER: Final = "dev.kct.otlp.RowCache"
 
 

@@ -35,9 +35,9 @@ def may_terminate(spark: Any) -> Any:
     superset: the points of the records it keeps are filtered exactly by `terminations`.
 
     With the decoder jar, the same filter in one Java call per record (`dev.kct.otlp.Terminating`): the SQL
-    one evaluates `exists` with an interpreted lambda and searches each ~7 kB push from every byte on: ~110 ms of
-    task CPU per 10,000 records, ~75 ms here (spark/README.md); without the jar, the SQL. Both give the same records
-    (tests/unit/aggregation/test_terminating_filter.py)."""
+    one evaluates `exists` with an interpreted lambda and searches each ~7 kB push from every byte on: ~110 ms
+    of task CPU per 10,000 records, ~75 ms here (bench/spark_throughput.py); without the jar, the SQL. Both give
+    the same records (tests/unit/aggregation/test_terminating_filter.py)."""
     try:
         column = spark.sparkContext._jvm.dev.kct.otlp.Terminating.column(
             F.col("headers")._jc, F.col("value")._jc, ",".join(TERMINATING_HEADERS))

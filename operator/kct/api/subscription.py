@@ -117,7 +117,7 @@ class SecretReference(SpecModel):
 
     name: str = Field(min_length=1, max_length=253)
     """Name of the Secret. Each data key is a Kafka client property (e.g. `security.protocol`,
-    `sasl.mechanism`, `sasl.username`, `sasl.password`, `ssl.ca.pem`); see the README."""
+    `sasl.mechanism`, `sasl.username`, `sasl.password`, `ssl.ca.pem`); see docs/user-guide.md."""
 
 
 class KafkaConnection(SpecModel):

@@ -6,8 +6,8 @@ points were dropped) in the request's content type; errors carry a google.rpc.St
 encoding, declared length, admission), reads the body with a hard cap, and hands the rest to `Pipeline`.
 
 aiohttp's own request decompression is switched off (`auto_decompress=False`): it would inflate a bomb
-before we could cap it. Why aiohttp at all: see the README ("HTTP server choice"), measured with
-`bench/receiver_throughput.py --compare-http`.
+before we could cap it. Why aiohttp serves the routes while the pushes take the lean path: the receiver's
+README ("The per-push path"), measured with `bench/receiver_throughput.py --compare-http`.
 """
 
 from __future__ import annotations

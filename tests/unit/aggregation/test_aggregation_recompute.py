@@ -1,7 +1,7 @@
 """The Spark pipeline (records -> mapInArrow decode -> Spark SQL aggregation) against an independent
 recomputation in plain Python straight from the protobuf messages (no pyspark, no kct decode code).
 
-Spec shared by both (README "client_metrics"): windows [k*60, k*60+60) on the point time; a cumulative
+Spec shared by both (docs/user-guide.md, "The aggregates"): windows [k*60, k*60+60) on the point time; a cumulative
 monotonic sum's window delta is the sum of increments between consecutive points of the series (the first
 point of the window paired with the series' previous point, at most `lookback` windows back), an increment
 being `cur` after a reset (value drops or start time changes) and `cur - prev` otherwise; a series' first

@@ -30,7 +30,7 @@ EXAMPLE = REPO / "examples" / "receiver-local.yaml"
 def test_example_targets_the_local_stack() -> None:
     """Given examples/receiver-local.yaml, then it listens on 127.0.0.1:4318, takes the token and bootstrap
     servers from the environment, and writes to client-telemetry, which the local broker creates on first
-    use (the README's hand-run receiver has no operator to create it)."""
+    use (docs/development.md's hand-run receiver has no operator to create it)."""
     config = load_receiver_config(EXAMPLE)
     assert (config.listen.host, config.listen.port) == ("127.0.0.1", 4318)
     assert config.auth.bearer_token_env == "KCT_RECEIVER_TOKEN"

@@ -395,7 +395,7 @@ public final class ClientWindows {
   }
 
   /**
-   * Rows in the order the tables are written in ({@code kct.aggregation.job}: partitioned by date, each date's
+   * Rows in the order the tables are written in ({@code kct.aggregation.outputs}: partitioned by date, each date's
    * rows sorted by metric, then window start; strings by their UTF-8 bytes and nulls first, as Spark sorts
    * them), a chunk of rows at a time. The writes sort again (a partitioned write must, and cannot know the
    * order), but Spark's sort (TimSort) over a few runs in order takes a few comparisons a row where rows in

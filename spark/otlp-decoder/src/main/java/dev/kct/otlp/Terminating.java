@@ -16,7 +16,7 @@ import scala.collection.Seq;
  * Whether a Kafka record may hold a client's termination: a header whose lower-cased name is one of the
  * terminating label's names and whose value, lower-cased, is {@code true}; or a push whose bytes hold the
  * metric name {@code client.terminating} (a protobuf string is its UTF-8 bytes). The same records as the SQL
- * filter {@code kct.aggregation.job._may_terminate} falls back to, a superset of the records holding one: the
+ * filter {@code kct.aggregation.terminating.may_terminate} falls back to, a superset of the records holding one: the
  * job decodes only these and finds the terminations exactly. The SQL filter evaluates {@code exists} with an
  * interpreted lambda and lower-cases every header name, and {@code contains} compares the ~7 kB push from
  * every byte on: ~110 ms of task CPU per 10,000 records, ~75 ms here (spark/README.md). Here only header names
