@@ -1,42 +1,36 @@
 """Plain helpers for end-to-end tests against the real stack (not a test module, not fixtures).
 
-- `eventually(check, timeout=..., what=...)`: poll until `check()` is truthy, else fail naming `what`.
+- `eventually(check, timeout=..., what=...)`: poll until `check()` is truthy, else fail naming `what`
+  (tests/waiting.py, re-exported here).
 - `Kubectl(kubeconfig)`: run kubectl as a user does; `apply`, `get` (fails when absent), `get_json`
   (None when absent), `exists`, `condition`.
 - `OperatorProcess(env, log_path)`: `kct operator` as a subprocess with a liveness endpoint; `start`,
-  `stop`, `restart`, `log_tail`.
+  `stop`, `restart`, `log_tail`, `wait_for_resync` (a resync of given resources, seen in kopf's log).
 - `free_port()`, `unique(prefix)`.
+- `wait_for_client_metrics(bootstrap, name, configs)`: until the broker serves a CLIENT_METRICS subscription.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+from telemetry_probe import get_telemetry_subscription
+from waiting import eventually
+
+__all__ = ["KCT", "REPO", "Kubectl", "OperatorProcess", "eventually", "free_port", "kubectl_with_crds", "unique",
+           "wait_for_client_metrics"]
 
 REPO = Path(__file__).resolve().parents[2]
 KCT = REPO / ".venv" / "bin" / "kct"
-
-
-def eventually(check: Callable[[], Any], *, timeout: float = 60.0, what: str, interval: float = 0.5) -> Any:
-    """Poll until `check` returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def free_port() -> int:
@@ -163,26 +157,62 @@ class OperatorProcess:
     def log_tail(self, size: int = 4000) -> str:
         return self.log_path.read_text()[-size:] if self.log_path.exists() else ""
 
+    def resyncs(self, namespace: str, name: str) -> int:
+        """How many resyncs of resource `namespace/name` finished: kopf logs each run of the `resync` timer
+        that returned (the handler never raises) as "[namespace/name] Timer 'resync' succeeded."."""
+        log = self.log_path.read_text() if self.log_path.exists() else ""
+        return log.count(f"[{namespace}/{name}] Timer 'resync' succeeded")
+
+    def wait_for_resync(self, namespace: str, *names: str, timeout: float = 60.0) -> None:
+        """Until a resync of each named resource ran from start to end after this call: two more finished
+        runs, since the first may have started before the call (a timer's runs do not overlap)."""
+        start = {name: self.resyncs(namespace, name) for name in names}
+        eventually(lambda: all(self.resyncs(namespace, name) >= start[name] + 2 for name in names),
+                   timeout=timeout, what=f"a whole resync of {', '.join(names)} in {namespace}")
+
 
 def wait_for_client_metrics(bootstrap: str, name: str, configs: Mapping[str, str], *, timeout: float = 30.0) -> None:
-    """Wait until the broker serves CLIENT_METRICS `name` with `configs`, then a little more.
+    """Wait until the broker describes CLIENT_METRICS `name` with `configs`, then until it serves that
+    subscription to a new client the subscription's `match` selects.
 
     An alter returns once the controller committed it; the broker applies it to its subscription cache when
-    it replays the metadata log, a moment later. A client asking for its subscription before that gets none
-    and, per KIP-714, asks again only after the default 5-minute interval: tests that start clients right
-    after an alter must wait for the broker to serve it first.
+    it replays the metadata log, a moment later (and a describe may already show it then). A client asking for
+    its subscription before that gets none and, per KIP-714, asks again only after the default 5-minute
+    interval: tests that start clients right after an alter must wait for the broker to serve it first.
     """
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kct-e2e-wait")
     try:
-        def served() -> bool:
+        def described() -> bool:
             found = admin.describe_configs([ConfigResource(ConfigResourceType.CLIENT_METRICS, name)])
             current = found.get("client_metrics", {}).get(name, {})
             values = {key: entry.get("value") for key, entry in current.items()}
             return all(values.get(key) == value for key, value in configs.items())
 
-        eventually(served, timeout=timeout, what=f"CLIENT_METRICS {name} on the broker")
+        eventually(described, timeout=timeout, what=f"CLIENT_METRICS {name} on the broker")
     finally:
         admin.close()
-    time.sleep(1.0)  # the describe and the subscription cache are updated by the same metadata replay
+    client_id = _a_selected_client_id(configs.get("match", ""))
+    wanted = [m for m in configs.get("metrics", "").split(",") if m and m != "*"]
+
+    def served() -> bool:
+        answer = get_telemetry_subscription(bootstrap, client_id)
+        return bool(answer.error_code == 0 and answer.requested_metrics
+                    and set(wanted) <= set(answer.requested_metrics)
+                    and str(answer.push_interval_ms) == configs.get("interval.ms", str(answer.push_interval_ms)))
+
+    eventually(served, timeout=timeout, what=f"the broker to serve CLIENT_METRICS {name} to client.id {client_id}")
+
+
+def _a_selected_client_id(match: str) -> str:
+    """A client.id the `match` config selects (its client_id regex taken literally, or with `.*` as "probe");
+    the probe sends no software name, so only client_id selectors can be honoured."""
+    selectors = dict(item.split("=", 1) for item in match.split(",") if "=" in item)
+    if set(selectors) - {"client_id"}:
+        raise ValueError(f"match {match!r}: only client_id selectors can be probed")
+    pattern = selectors.get("client_id", ".*")
+    for candidate in (pattern, pattern.replace(".*", "probe"), "kct-e2e-probe"):
+        if re.fullmatch(pattern, candidate):
+            return candidate
+    raise ValueError(f"match {match!r}: no client.id to probe it with")

@@ -176,7 +176,7 @@ def plugin_clients(stack: NodeStack, prefix: str, count: int = 3) -> Iterator[li
                 for producer in producers:
                     producer.produce(f"{prefix}-data", b"x")
                     producer.poll(0)
-                time.sleep(0.25)
+                time.sleep(0.25)  # duration: the clients' produce rate (four rounds a second)
 
         thread = threading.Thread(target=produce, daemon=True)
         thread.start()
@@ -382,7 +382,7 @@ def test_helm_upgrade_rolls_the_operator_and_the_receiver_stays_ready(
     def watch_ready() -> None:
         while not done.is_set():
             seen.append(str(ready_condition(node_stack, receiver.namespace).get("status")))
-            time.sleep(1)
+            time.sleep(1)  # duration: one look at Ready a second for as long as the upgrade lasts
 
     watcher = threading.Thread(target=watch_ready, daemon=True)
     watcher.start()
@@ -393,7 +393,17 @@ def test_helm_upgrade_rolls_the_operator_and_the_receiver_stays_ready(
         rollout_s = time.monotonic() - started
         eventually(lambda: {p["metadata"]["name"] for p in _operator_pods(node_stack, operator_release)}
                    .isdisjoint(before), timeout=120, what="the old operator pods to be gone")
-        time.sleep(5)  # the new leader's first reconcile of the receiver, which must leave it Ready
+        # The new leader's first reconcile of the receiver (kopf resumes every resource when it starts), which
+        # must leave it Ready: seen in that pod's log, then one more look at Ready after it.
+        leader = eventually(lambda: (h := _lease_holder(node_stack, operator_release)) in {
+            p["metadata"]["name"] for p in _operator_pods(node_stack, operator_release)} and h, timeout=120,
+            what="one of the new operator pods to hold the Lease", interval=1)
+        resumed = f"[{receiver.namespace}/telemetry] Resuming is processed"
+        eventually(lambda: resumed in node_stack.kubectl("logs", leader, "-n", operator_release.namespace,
+                                                         check=False),
+                   timeout=120, what=f"the new leader {leader} to resume the TelemetryReceiver", interval=1)
+        looks = len(seen)
+        eventually(lambda: len(seen) > looks, timeout=30, what="a look at Ready after the new leader's reconcile")
     finally:
         done.set()
         watcher.join(10)

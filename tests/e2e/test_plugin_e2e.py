@@ -88,18 +88,15 @@ def test_client_pushes_reach_the_endpoint_with_labels(stack: Stack) -> None:
             seen = len(endpoint.for_client(client_id))
             eventually(lambda: len(endpoint.for_client(client_id)) > seen, timeout=10, interval=0.02,
                        what=f"a push from {client_id}")
-            time.sleep(0.3)
+            time.sleep(0.3)  # duration: into the gap before the next push (1 s interval), see above
             client.close()
 
         close_between_pushes(producer, producer_id)
         close_between_pushes(consumer, consumer_id)
-        # the terminating pushes are sent while the clients close; give the plugin a moment to forward them
-        wait_until = time.monotonic() + 15
-        while time.monotonic() < wait_until and not all(
-            any(p.label("kct-terminating") == "true" for p in endpoint.for_client(cid))
-            for cid in (producer_id, consumer_id)
-        ):
-            time.sleep(0.2)
+        # the terminating pushes are sent while the clients close; the plugin forwards them a moment later
+        eventually(lambda: all(any(p.label("kct-terminating") == "true" for p in endpoint.for_client(cid))
+                               for cid in (producer_id, consumer_id)),
+                   timeout=15, interval=0.2, what="the terminating push of each client at the endpoint")
 
         assert consumed > 0, "the consumer read nothing back: the broker is not serving fetches"
         local = getattr(stack, "local", True)  # an external (kind) cluster has its own addresses and ids
@@ -185,4 +182,4 @@ def _drain_plugin_backlog(url: str, quiet_s: float = 3.0, limit_s: float = 120.0
                 count = len(endpoint.pushes)
             if count != seen:
                 seen, last_change = count, time.monotonic()
-            time.sleep(0.2)
+            time.sleep(0.2)  # duration: the poll interval of a quiet period (no new push for quiet_s)

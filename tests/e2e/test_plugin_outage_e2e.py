@@ -128,21 +128,26 @@ def test_every_client_is_fresh_again_within_two_intervals_after_a_60s_outage(sta
                 eventually(lambda: {p.label("kct-client-id") for p in before.snapshot()} >= set(client_ids),
                            timeout=60, what=f"a push from each of the {CLIENTS} clients")
                 probe.start()
-                time.sleep(BEFORE_S)
+                time.sleep(BEFORE_S)  # duration: the phase before the outage, with latency samples
             t_down = time.time()
-            time.sleep(OUTAGE_S)
+            time.sleep(OUTAGE_S)  # duration: the 60 s outage the scenario is about
             at_return = _counters("at the end of the outage")
             t_up = time.time()
             with otlp_endpoint(stack.telemetry_endpoint) as after:
-                time.sleep(5 * INTERVAL_S)
-                settled = _counters("once the backlog is handled")
-                time.sleep(max(0.0, t_up + AFTER_S - time.time()))
+                def drained() -> dict[str, float] | None:
+                    """The counters once the backlog queued during the outage is handled: the queue is empty."""
+                    counters = _counters("once the backlog is handled")
+                    return counters if counters.get("queue-depth") == 0 else None
+
+                settled = eventually(drained, timeout=60, what="the plugin's queue to drain after the return")
+                time.sleep(max(0.0, t_up + AFTER_S - time.time()))  # duration: the rest of the phase after
                 at_end = _counters("at the end")
                 t_end = time.time()
                 probe.stop()
                 while producers:
                     producers.pop().close()
-                time.sleep(2 * INTERVAL_S)  # the terminating pushes go here, not to the next test's endpoint
+                # duration: the terminating pushes (best effort, maybe none) go here, not to the next test's endpoint
+                time.sleep(2 * INTERVAL_S)
         finally:
             probe.stopping.set()
             while producers:

@@ -92,19 +92,20 @@ def test_rotated_token_is_used_without_a_restart_and_no_push_is_lost(stack: Stac
                        timeout=60, what=f"a push from each of the {CLIENTS} clients with the current token")
             before = _counters()
             t_start = time.time()
-            time.sleep(PHASE_S)
+            time.sleep(PHASE_S)  # duration: a phase of pushes with the first token
             accepted[0] = middle  # 1: the endpoint first ...
-            time.sleep(LAG_S)
+            time.sleep(LAG_S)  # duration: the lag between the endpoint's and the file's rotation
             _write_token(middle + "\n")  # ... the file later
-            time.sleep(PHASE_S)
+            time.sleep(PHASE_S)  # duration: a phase of pushes with the middle token
             _write_token(new + "\n")  # 2: the file first ...
-            time.sleep(LAG_S)
+            time.sleep(LAG_S)  # duration: the lag between the file's and the endpoint's rotation
             accepted[0] = new  # ... the endpoint later
-            time.sleep(PHASE_S)
+            time.sleep(PHASE_S)  # duration: a phase of pushes with the new token
             after = _counters()
             t_end = time.time()
             while producers:
                 producers.pop().close()
+            # duration: the terminating pushes (best effort, maybe none) go to this endpoint, not the next test's
             time.sleep(2 * INTERVAL_S)
     finally:
         while producers:

@@ -26,6 +26,7 @@ import pytest
 from aggregation_support import delete_topics
 from helpers import eventually, wait_for_client_metrics
 from preconditions import missing_precondition
+from waiting import eventually_async
 
 pytestmark = pytest.mark.e2e
 
@@ -134,11 +135,11 @@ def run_receiver(stack: Any, tmp_path: Path) -> Iterator[Any]:
         )
         receiver = RunningReceiver(process, port, log)
         started.append(receiver)
-        deadline = time.monotonic() + 60
-        while receiver.status("/readyz") != 200:
+        def ready() -> bool:
             assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"receiver not ready:\n{log.read_text()}"
-            time.sleep(0.2)
+            return receiver.status("/readyz") == 200
+
+        eventually(ready, timeout=60, interval=0.2, what=f"the receiver on port {port} to be ready")
         return receiver
 
     yield start
@@ -178,7 +179,7 @@ def test_otel_sdk_exporter_data_arrives_in_the_topic(stack: Any, run_receiver: A
     counter = provider.get_meter("kct.e2e").create_counter("kct.e2e.requests")
     for _ in range(4):
         counter.add(3, {"route": "/orders"})
-        time.sleep(0.3)
+        time.sleep(0.3)  # duration: the adds spread over several 500 ms export intervals, so several exports
     provider.force_flush()
     provider.shutdown()
 
@@ -281,10 +282,10 @@ async def _load(url: str, stop: asyncio.Event, ok: list[str], statuses: dict[int
                     if resp.status == 200:
                         ok.append(instance)
                     else:
-                        await asyncio.sleep(0.05)
+                        await asyncio.sleep(0.05)  # duration: a refused sender backs off, as a client would
             except aiohttp.ClientError:
                 statuses[0] = statuses.get(0, 0) + 1
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # duration: a sender without a connection backs off, as a client would
 
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -307,20 +308,24 @@ def test_kafka_stopped_under_load_no_200_without_a_record(stack: Any, run_receiv
     async def scenario() -> None:
         stop = asyncio.Event()
         load = asyncio.create_task(_load(f"{receiver.url}/v1/metrics", stop, ok, statuses, concurrency=16))
-        await asyncio.sleep(3)
+        await eventually_async(lambda: len(ok) >= 50, timeout=60, what="50 pushes acknowledged before the outage")
         phases["before"] = dict(statuses)
         await asyncio.to_thread(stack.kafka_stop)
         for _ in range(12):
-            await asyncio.sleep(1)
+            await asyncio.sleep(1)  # duration: a 12 s outage, the receiver's RSS sampled every second
             rss.append(receiver.rss_mb())
+        await eventually_async(lambda: statuses.get(503, 0) > phases["before"].get(503, 0), timeout=30,
+                               what="pushes refused with 503 during the outage")
         phases["outage"] = dict(statuses)
         await asyncio.to_thread(stack.kafka_start)
         ok_at_restart = len(ok)
-        deadline = time.monotonic() + 60
-        while len(ok) < ok_at_restart + 50 and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
+
+        def recovered() -> bool:
             rss.append(receiver.rss_mb())
-        await asyncio.sleep(2)
+            return len(ok) >= ok_at_restart + 50
+
+        await eventually_async(recovered, timeout=60, what="50 pushes acknowledged after Kafka's return")
+        await asyncio.sleep(2)  # duration: two more seconds of load on the recovered receiver before it stops
         stop.set()
         await load
         phases["after"] = dict(statuses)
@@ -353,7 +358,7 @@ def test_a_topic_deleted_under_the_receiver_stays_deleted_and_the_receiver_not_r
                interval=0.2)
     # Ten probe intervals: with auto-creation the first probe after the deletion re-created the topic.
     for _ in range(10):
-        time.sleep(0.5)
+        time.sleep(0.5)  # duration: one readiness probe interval (500 ms) must pass between two looks
         assert not _topic_exists(stack.kafka_bootstrap, topic), "the receiver's metadata requests re-created it"
         assert receiver.status("/readyz") == 503
     assert "unavailable" in receiver.log.read_text()
@@ -377,10 +382,9 @@ def test_chaos_kafka_down_30s_then_receiver_killed_no_acknowledged_push_lost(sta
     phases: dict[str, int] = {}
 
     async def until_more_acknowledged(count: int, limit_s: float = 90) -> None:
-        target, deadline = len(ok) + count, time.monotonic() + limit_s
-        while len(ok) < target:
-            assert time.monotonic() < deadline, f"no recovery: {statuses}"
-            await asyncio.sleep(0.5)
+        target = len(ok) + count
+        await eventually_async(lambda: len(ok) >= target, timeout=limit_s,
+                               what=f"{count} more pushes acknowledged (no recovery?)")
 
     async def scenario() -> None:
         nonlocal receiver
@@ -389,7 +393,7 @@ def test_chaos_kafka_down_30s_then_receiver_killed_no_acknowledged_push_lost(sta
         await until_more_acknowledged(50)
         await asyncio.to_thread(stack.kafka_stop)
         phases["acknowledged at kafka stop"] = len(ok)
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # duration: the 30 s Kafka outage the scenario is about
         phases["acknowledged during 30 s outage"] = len(ok) - phases["acknowledged at kafka stop"]
         await asyncio.to_thread(stack.kafka_start)
         await until_more_acknowledged(50)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -465,7 +464,7 @@ def test_operator_restart_converges_and_pause_is_honoured(
         == 3,
         what="the operator to see generation 3 while paused",
     )
-    time.sleep(RESYNC_SECONDS + 1)  # and a resync after that: still hands off
+    operator.wait_for_resync(namespace, "restart", timeout=RESYNC_SECONDS * 4 + 30)  # still hands off
     assert not kubectl.exists("service", "restart-receiver", namespace)
     assert topic_partitions(stack.kafka_bootstrap, topic) == 1
     assert (kubectl.get_json("telemetryreceiver", "restart", namespace) or {})["status"]["observedGeneration"] == 2

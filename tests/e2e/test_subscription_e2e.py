@@ -109,7 +109,8 @@ def broker(stack: Any) -> Iterator[Broker]:
 
 
 @pytest.fixture(scope="module")
-def operator_process(stack: Any, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def operator_process(stack: Any, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[OperatorProcess]:
     log_path = tmp_path_factory.mktemp("operator") / "operator.log"
     env = stack.env()
     env["KCT_RESYNC_SECONDS"] = str(RESYNC_SECONDS)
@@ -117,7 +118,7 @@ def operator_process(stack: Any, kubectl: Kubectl, tmp_path_factory: pytest.Temp
     operator = OperatorProcess(env, log_path)
     try:
         operator.start(timeout=60)
-        yield operator.proc
+        yield operator
     finally:
         operator.stop()
         sys.stderr.write(f"--- operator log ({log_path}) tail ---\n{operator.log_tail()}\n")
@@ -172,7 +173,7 @@ def test_examples_apply_cleanly(kubectl: Kubectl, namespace: str) -> None:
         assert proc.returncode == 0, f"{path.name}: {proc.stderr}"
 
 
-def test_lifecycle_apply_edit_drift_delete(kubectl: Kubectl, broker: Broker, operator_process: Any,
+def test_lifecycle_apply_edit_drift_delete(kubectl: Kubectl, broker: Broker, operator_process: OperatorProcess,
                                          namespace: str) -> None:
     """Given the operator, When a resource is applied, edited, drifted behind its back and deleted,
     Then the broker follows each step and kubectl wait sees Ready."""
@@ -207,7 +208,7 @@ def test_lifecycle_apply_edit_drift_delete(kubectl: Kubectl, broker: Broker, ope
     eventually(lambda: broker.configs(name) == {}, timeout=30, what="the subscription to be deleted")
 
 
-def test_pause_annotation(kubectl: Kubectl, broker: Broker, operator_process: Any, namespace: str) -> None:
+def test_pause_annotation(kubectl: Kubectl, broker: Broker, operator_process: OperatorProcess, namespace: str) -> None:
     """Given a Ready resource, When paused, its config changed on the broker and its spec edited, Then the
     operator sees the edit (ReconciliationPaused observes generation 2) yet leaves the broker alone, across a
     resync too, and status.observedGeneration stays 1; When unpaused, Then the edit reaches the broker."""
@@ -220,7 +221,7 @@ def test_pause_annotation(kubectl: Kubectl, broker: Broker, operator_process: An
     kubectl.apply(manifest(namespace, name, metrics=["a."], intervalMs=30000, match=_no_match()))
     eventually(lambda: kubectl.condition(CMS, name, namespace, "ReconciliationPaused").get("observedGeneration") == 2,
                timeout=30, what="the operator to see generation 2 while paused")
-    time.sleep(RESYNC_SECONDS + 1)  # and a resync after that: still hands off
+    operator_process.wait_for_resync(namespace, name, timeout=RESYNC_SECONDS * 4 + 30)  # still hands off
     assert broker.configs(name)["interval.ms"] == "7777"
     assert kubectl.get(CMS, name, namespace)["status"]["observedGeneration"] == 1
     kubectl.run("annotate", "cms", name, "-n", namespace, "telemetry.kct.dev/paused-")
@@ -230,8 +231,8 @@ def test_pause_annotation(kubectl: Kubectl, broker: Broker, operator_process: An
                timeout=30, what="observedGeneration 2 after unpausing")
 
 
-def test_client_metrics_cli_marks_unmanaged(stack: Any, kubectl: Kubectl, broker: Broker, operator_process: Any,
-                                             namespace: str) -> None:
+def test_client_metrics_cli_marks_unmanaged(stack: Any, kubectl: Kubectl, broker: Broker,
+                                             operator_process: OperatorProcess, namespace: str) -> None:
     """Given one subscription managed by a resource and one made with the Admin API, When
     `kct client-metrics --list` runs, Then the second is marked UNMANAGED; `--describe` prints a resource
     that, applied, makes the operator adopt it without changing the broker."""
@@ -258,7 +259,8 @@ def test_client_metrics_cli_marks_unmanaged(stack: Any, kubectl: Kubectl, broker
     eventually(lambda: broker.configs(legacy) == {}, timeout=30, what="the adopted subscription to be deleted")
 
 
-def test_bad_regex_is_not_ready(kubectl: Kubectl, broker: Broker, operator_process: Any, namespace: str) -> None:
+def test_bad_regex_is_not_ready(kubectl: Kubectl, broker: Broker, operator_process: OperatorProcess,
+                                namespace: str) -> None:
     """Given a match regex RE2 refuses, When applied, Then Ready=False/InvalidSpec with field, value and
     reason, and nothing on the broker."""
     name = unique("badregex")
@@ -270,7 +272,7 @@ def test_bad_regex_is_not_ready(kubectl: Kubectl, broker: Broker, operator_proce
     assert broker.configs(name) == {}
 
 
-def test_later_claimant_gets_conflict(kubectl: Kubectl, broker: Broker, operator_process: Any,
+def test_later_claimant_gets_conflict(kubectl: Kubectl, broker: Broker, operator_process: OperatorProcess,
                                       namespace: str) -> None:
     """Given a resource owning a subscription name, When a later one claims the same name, Then the later
     gets Ready=False/Conflict and the broker keeps the first one's configs."""
@@ -278,13 +280,13 @@ def test_later_claimant_gets_conflict(kubectl: Kubectl, broker: Broker, operator
     match = _no_match()
     kubectl.apply(manifest(namespace, first, metrics=["a."], match=match))
     kubectl.run("wait", f"cms/{first}", "-n", namespace, "--for=condition=Ready", "--timeout=60s")
-    time.sleep(1.1)  # creationTimestamp has one-second resolution
+    time.sleep(1.1)  # duration: creationTimestamp has one-second resolution; the claimant must be younger
     second = unique("claimant")
     kubectl.apply(manifest(namespace, second, metrics=["b."], subscriptionName=first, match=match))
     eventually(lambda: kubectl.condition(CMS, second, namespace, required=True).get("reason") == "Conflict",
                timeout=30, what="the Conflict condition")
     assert f"{namespace}/{first}" in kubectl.condition(CMS, second, namespace, required=True)["message"]
-    time.sleep(RESYNC_SECONDS + 1)
+    operator_process.wait_for_resync(namespace, first, second, timeout=RESYNC_SECONDS * 4 + 30)
     assert broker.configs(first)["metrics"] == "a."
     assert kubectl.condition(CMS, first, namespace, required=True)["status"] == "True"
 
@@ -293,7 +295,7 @@ def test_later_claimant_gets_conflict(kubectl: Kubectl, broker: Broker, operator
     eventually(lambda: broker.configs(first) == {}, timeout=30, what="the contested subscription to go")
 
 
-def test_interval_above_cap_warns(kubectl: Kubectl, operator_process: Any, namespace: str) -> None:
+def test_interval_above_cap_warns(kubectl: Kubectl, operator_process: OperatorProcess, namespace: str) -> None:
     """Given intervalMs 600000, When applied, Then Ready=True and IntervalCapped=True."""
     name = unique("capped")
     kubectl.apply(manifest(namespace, name, metrics=["*"], intervalMs=600000, match=_no_match()))
@@ -302,7 +304,7 @@ def test_interval_above_cap_warns(kubectl: Kubectl, operator_process: Any, names
 
 
 def test_kafka_outage_is_reported_and_recovered(stack: Any, kubectl: Kubectl, broker: Broker,
-                                                operator_process: Any, namespace: str) -> None:
+                                                operator_process: OperatorProcess, namespace: str) -> None:
     """Given a Ready resource, When Kafka stops and the resource is edited, Then Ready=False names
     KafkaUnreachable; When Kafka starts again, Then the edit reaches the broker, without restarting
     the operator."""
@@ -322,7 +324,7 @@ def test_kafka_outage_is_reported_and_recovered(stack: Any, kubectl: Kubectl, br
         stack.kafka_start()
     kubectl.run("wait", f"cms/{name}", "-n", namespace, "--for=condition=Ready", "--timeout=120s")
     eventually(lambda: broker.configs(name).get("metrics") == "b.", timeout=30, what="the edit after recovery")
-    assert operator_process.poll() is None
+    assert operator_process.proc is not None and operator_process.proc.poll() is None
 
 
 class _PushRecorder(BaseHTTPRequestHandler):
@@ -340,8 +342,8 @@ class _PushRecorder(BaseHTTPRequestHandler):
         pass
 
 
-def test_only_the_matching_client_pushes(stack: Any, kubectl: Kubectl, broker: Broker, operator_process: Any,
-                                         namespace: str) -> None:
+def test_only_the_matching_client_pushes(stack: Any, kubectl: Kubectl, broker: Broker,
+                                         operator_process: OperatorProcess, namespace: str) -> None:
     """Given a subscription matching one client id, When two real confluent-kafka clients run, Then the
     plugin's endpoint receives pushes from that client and none from the other."""
     from confluent_kafka import Producer

@@ -192,23 +192,23 @@ def test_pushes_through_the_plugin_are_never_refused_across_two_rotations(
                 for producer in producers:
                     producer.produce(f"{topic}-data", b"x")
                     producer.poll(0)
-                time.sleep(0.25)
+                time.sleep(0.25)  # duration: the clients' produce rate (four rounds a second)
 
         clients = threading.Thread(target=produce, daemon=True)
         clients.start()
-        time.sleep(10)
+        time.sleep(10)  # duration: a phase of pushes with token A (the check looks at its last 8 s)
         # Rotation 1: A -> B. The receiver's copy of the Secret is updated first, the broker's 3 s later.
         marks["rotation1"] = time.time()
         volume.write(token_b)
-        time.sleep(3)
+        time.sleep(3)  # duration: kubelet updates the broker's copy of the Secret seconds after the receiver's
         _write_atomically(plugin_token_file, token_b + "\n")
-        time.sleep(10)
+        time.sleep(10)  # duration: a phase of pushes with token B
         # Rotation 2: B -> C, the same way.
         marks["rotation2"] = time.time()
         volume.write(token_c)
-        time.sleep(3)
+        time.sleep(3)  # duration: the same lag between the receiver's copy and the broker's
         _write_atomically(plugin_token_file, token_c + "\n")
-        time.sleep(10)
+        time.sleep(10)  # duration: a phase of pushes with token C
         marks["end"] = time.time()
         stop.set()
         clients.join(10)
@@ -222,7 +222,7 @@ def test_pushes_through_the_plugin_are_never_refused_across_two_rotations(
         noticed = _rotation_times(log_path)
         assert len(noticed) == 2, log_path.read_text()[-3000:]
         assert marks["rotation2"] <= noticed[1] + 0.01 <= marks["rotation2"] + 5, (marks, noticed)
-        time.sleep(max(0.0, noticed[1] + GRACE_S + 0.5 - time.time()))
+        time.sleep(max(0.0, noticed[1] + GRACE_S + 0.5 - time.time()))  # duration: the grace period must pass
         probes = {"A": _post(f"{base}/v1/metrics", token_a), "B": _post(f"{base}/v1/metrics", token_b),
                   "C": _post(f"{base}/v1/metrics", token_c)}
         assert receiver.poll() is None, "the receiver exited"

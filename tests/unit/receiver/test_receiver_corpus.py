@@ -18,6 +18,7 @@ import zstandard
 from conftest import JSON, PROTOBUF, TOKEN, Receiver, ReceiverFactory, base_config, make_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from waiting import eventually_async
 
 VALID = make_request().SerializeToString()
 LIMIT_COMPRESSED = 64 * 1024
@@ -197,12 +198,13 @@ async def test_malformed_http_is_counted_and_logged_without_a_traceback(
 
 async def _metrics_after(receiver: Receiver, needle: str) -> str:
     """/metrics once it mentions `needle` (the server handles a closed connection asynchronously)."""
-    for _ in range(100):
+
+    async def mentioned() -> str | None:
         text = (await receiver.get("/metrics")).body.decode()
-        if needle in text:
-            return text
-        await asyncio.sleep(0.02)
-    return text
+        return text if needle in text else None
+
+    found: str = await eventually_async(mentioned, timeout=10, interval=0.02, what=f"/metrics to mention {needle}")
+    return found
 
 
 def _json_with_points(document: bytes) -> bytes:

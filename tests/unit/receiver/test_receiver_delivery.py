@@ -104,7 +104,7 @@ async def test_many_reports_racing_drains_all_resolve() -> None:
     thread = threading.Thread(target=poller)
     thread.start()
     while thread.is_alive():
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # duration: none; the loop runs its wake-ups while the thread still adds
     thread.join()
     await asyncio.wait_for(asyncio.gather(*futures), timeout=10)
     assert reports.wakeups >= 1

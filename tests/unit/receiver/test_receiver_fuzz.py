@@ -248,7 +248,7 @@ async def _fuzz(port: int, pid: int, generator: Generator, total: int, results: 
     async def sample_rss() -> None:
         while not done.is_set():
             results.rss_kb.append(_rss_kb(pid))
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.25)  # duration: the RSS sampling period
 
     async def worker() -> None:
         nonlocal next_index

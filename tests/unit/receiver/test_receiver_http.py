@@ -12,6 +12,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
+from waiting import eventually_async
 
 from kct.otlp import labels as L
 
@@ -276,10 +277,11 @@ async def test_graceful_stop_finishes_inflight_pushes(receiver: Receiver) -> Non
     gets 200 and its record, /readyz turned 503 meanwhile, and the sink is closed afterwards."""
     receiver.sink.delay_s = 0.5
     pending = asyncio.create_task(receiver.post(make_request().SerializeToString()))
-    await asyncio.sleep(0.1)
+    await eventually_async(lambda: receiver.sink.inflight() == 1, timeout=5, interval=0.01,
+                           what="the push to wait on the sink")
     stopping = asyncio.create_task(receiver.server.stop())
-    await asyncio.sleep(0.05)
-    assert receiver.server.draining
+    await eventually_async(lambda: receiver.server.draining, timeout=5, interval=0.01, what="the server to drain")
+    assert receiver.sink.inflight() == 1 and not pending.done()  # stopped while the push was in flight
     reply = await pending
     await stopping
     assert reply.status == 200

@@ -74,7 +74,7 @@ async def test_a_push_arriving_in_pieces_is_read_whole(receiver: Receiver, split
     reader, writer = await asyncio.open_connection("127.0.0.1", receiver.server.port)
     writer.write(data[:split])
     await writer.drain()
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.02)  # duration: a gap between the two writes, so they arrive as two reads
     writer.write(data[split:])
     await writer.drain()
     status, _, _ = await _read_answer(reader)

@@ -152,7 +152,7 @@ async def test_quiet_pushes_take_the_quiet_producer_and_busy_ones_the_batching_o
     for lane in sink._lanes:
         lane.producer = counted[lane.name]  # type: ignore[assignment]
     sends = [asyncio.ensure_future(sink.send(b"k%d" % i, b"v", [])) for i in range(3)]
-    await asyncio.sleep(0)  # each send has produced its record and awaits its report
+    await asyncio.sleep(0)  # duration: one turn of the loop, in which each send produces and awaits its report
     assert (counted["quiet"].produced, counted["busy"].produced) == (2, 1)
     results = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), timeout=10)
     assert all(isinstance(r, Unavailable) and r.reason == "kafka_timeout" for r in results)

@@ -151,7 +151,7 @@ def test_overrides_file_is_reloaded_without_restart(tmp_path: Path) -> None:
     assert manager.reload_if_changed()
     assert manager.resolve("push_rate", "", "app").limit == 7.0
     assert manager.resolve("byte_rate", "bob", "app").level == QuotaLevel.DEFAULT_USER
-    time.sleep(0.01)
+    time.sleep(0.01)  # duration: the rewrite must get a later modification time than the last one
     path.write_text("overrides:\n  - clientId: app\n    pushRate: 'fast'\n")
     assert not manager.reload_if_changed()
     assert manager.resolve("push_rate", "", "app").limit == 7.0

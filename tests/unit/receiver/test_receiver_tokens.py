@@ -140,7 +140,7 @@ async def test_receiver_accepts_the_rotated_token_without_restart(
     assert (await receiver.post(body, token="new-token")).status == 401
 
     volume.write("new-token")
-    await asyncio.sleep(0.15)  # past the 100 ms floor between checks on unknown tokens
+    await asyncio.sleep(0.15)  # duration: past the 100 ms floor between checks on unknown tokens
     assert (await receiver.post(body, token="new-token")).status == 200
     assert (await receiver.post(body, token="old-token")).status == 200
     assert (await receiver.post(body, token="other")).status == 401
