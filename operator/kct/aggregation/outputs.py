@@ -8,7 +8,8 @@ writes side by side. Which rows go where is the caller's: kct.aggregation.batch,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -104,16 +105,21 @@ def send_to_kafka(df: Any, out: KafkaOutputConfig) -> None:
     key_col = "client_instance_id" if "client_instance_id" in df.columns else "dimension_value"
     rows = df.select(F.col(key_col).alias("k"), F.to_json(F.struct(*df.columns)).alias("v"))
 
-    def send(partition: Any) -> None:
-        producer = Producer(conf)
-        for row in partition:
-            producer.produce(topic, key=(row["k"] or "").encode(), value=row["v"].encode())
-            producer.poll(0)
-        remaining = producer.flush(60)
-        if remaining:
-            raise RuntimeError(f"kafka output: {remaining} aggregate records not acknowledged")
+    # A module-level function (with its arguments bound by partial) is pickled by reference, so the Spark
+    # worker imports this module and confluent-kafka itself; a closure naming `Producer` would make
+    # cloudpickle ship the C extension's class by value, which fails on the worker.
+    rows.foreachPartition(functools.partial(_send_partition, conf, topic))
 
-    rows.foreachPartition(send)
+
+def _send_partition(conf: dict[str, Any], topic: str, partition: Iterable[Any]) -> None:
+    """One task's rows to the topic through a producer of its own; fails the task unless all are acked."""
+    producer = Producer(conf)
+    for row in partition:
+        producer.produce(topic, key=(row["k"] or "").encode(), value=row["v"].encode())
+        producer.poll(0)
+    remaining = producer.flush(60)
+    if remaining:
+        raise RuntimeError(f"kafka output: {remaining} aggregate records not acknowledged")
 
 
 def concurrently(tasks: dict[str, Callable[[], _T]], spark: Any = None) -> dict[str, _T]:
