@@ -188,7 +188,7 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     pushed_at: dict[str, list[float]] = defaultdict(list)
     for headers in records:
         pushed_at[headers.get("client_id", "")].append(int(headers["kct.received_ms"]) / 1000)
-    patched = _patched_at(subscription)
+    patched = _patched_at(_get(node_stack, "clientmetricssubscription", demo.SUBSCRIPTION, "--show-managed-fields"))
     narrowed = _applied_at(node_stack, patched) + SETTLE_S
     for client in DEMO_CLIENTS:
         times = pushed_at[client.client_id]
