@@ -10,12 +10,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
+import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["GC_GEN0_THRESHOLD", "register", "run", "tune_gc"]
+if TYPE_CHECKING:
+    from kct.receiver.config import ReceiverConfig
+    from kct.receiver.kafka_sink import KafkaSink
+
+__all__ = ["GC_GEN0_THRESHOLD", "event_loop_factory", "kafka_sink", "register", "run", "tune_gc"]
+
+log = logging.getLogger(__name__)
 
 # Python's default is 700. Under load every push in flight holds a few dozen container objects (coroutines,
 # futures, headers, the task), so at 700 the young collection ran every ~10-20 pushes and promoted in-flight
@@ -53,22 +59,29 @@ def run(args: argparse.Namespace) -> int:
             except TokenFileError as exc:
                 raise ConfigError(str(exc)) from None
         configure_logging(config.logging.level, config.logging.format)
-        from kct.receiver.kafka_sink import KafkaSink
         from kct.receiver.server import ReceiverServer
 
-        sink = KafkaSink(
-            config.kafka,
-            max_record_bytes=config.limits.max_decompressed_bytes + 64 * 1024,
-            retry_after_s=config.limits.overload_retry_after_seconds,
-        )
+        sink = kafka_sink(config)
     except ConfigError as exc:
         print(f"kct receiver: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
     server = ReceiverServer(config, sink, token=token)
     tune_gc()
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=event_loop_factory(config.runtime.event_loop)) as runner:
         runner.run(server.run_until_signalled())
     return 0
+
+
+def kafka_sink(config: ReceiverConfig) -> KafkaSink:
+    """The Kafka sink `config` describes (records up to the decompressed limit plus room for headers)."""
+    from kct.receiver.kafka_sink import KafkaSink
+
+    return KafkaSink(
+        config.kafka,
+        max_record_bytes=config.limits.max_decompressed_bytes + 64 * 1024,
+        retry_after_s=config.limits.overload_retry_after_seconds,
+        delivery_wakeup=config.runtime.delivery_wakeup,
+    )
 
 
 def tune_gc() -> None:
@@ -81,13 +94,14 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop (libuv) when installed: the same aiohttp server spends less CPU per request in the
-    loop's own socket and callback handling. KCT_RECEIVER_EVENT_LOOP=asyncio keeps the standard one."""
-    if os.environ.get("KCT_RECEIVER_EVENT_LOOP", "uvloop") == "asyncio":
+def event_loop_factory(event_loop: Literal["uvloop", "asyncio"]) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop `runtime.eventLoop` chooses (None: asyncio's own). uvloop's (libuv) spends less CPU per request
+    in the loop's own socket and callback handling; where it is not installed, asyncio's, said in the log."""
+    if event_loop == "asyncio":
         return None
     try:
         import uvloop
     except ImportError:
+        log.warning("runtime.eventLoop is uvloop but uvloop is not installed; running asyncio's event loop")
         return None
     return uvloop.new_event_loop

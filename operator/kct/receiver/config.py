@@ -38,6 +38,7 @@ __all__ = [
     "RateLimitConfig",
     "ReceiverConfig",
     "ReceiverTuning",
+    "RuntimeConfig",
     "ShutdownConfig",
     "TlsConfig",
     "ValidationConfig",
@@ -307,6 +308,25 @@ class ShutdownConfig(StrictModel):
     )
 
 
+class RuntimeConfig(StrictModel):
+    """How the process runs, not what it does: both choices answer every push the same way. The defaults
+    are the measured faster ones; the alternatives are there for a platform where a default misbehaves."""
+
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        default="uvloop",
+        description="The event loop: `uvloop` (libuv; less CPU per push in socket and callback handling) or "
+        "`asyncio` (the standard library's). uvloop is a dependency of the package on Linux and macOS; where "
+        "it is not installed the receiver logs that and runs asyncio's loop.",
+    )
+    delivery_wakeup: Literal["eventfd", "thread"] = Field(
+        default="eventfd",
+        description="How Kafka delivery reports reach the event loop: `eventfd` (librdkafka signals its queue "
+        "on a descriptor the loop watches; no thread hand-off) or `thread` (a polling thread per producer). "
+        "Where the eventfd cannot be had (not Linux, another librdkafka layout) the receiver logs that and "
+        "uses the thread.",
+    )
+
+
 class ReceiverTuning(StrictModel):
     """What a deployment tunes: every section except where to listen, the token and Kafka, which whoever
     deploys the receiver decides (the operator fills them from the TelemetryReceiver). A TelemetryReceiver's
@@ -329,6 +349,8 @@ class ReceiverTuning(StrictModel):
     """Log level and format."""
     shutdown: ShutdownConfig = ShutdownConfig()
     """Graceful drain on SIGTERM."""
+    runtime: RuntimeConfig = RuntimeConfig()
+    """Event loop and Kafka delivery-report wake-up (how the process runs; same answers either way)."""
 
     def tuning(self) -> dict[str, Any]:
         """The tuned sections by field name (for building a `ReceiverConfig` from a subclass)."""

@@ -37,7 +37,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -114,13 +114,15 @@ class KafkaSink:
         *,
         retry_after_s: int = 2,
         on_ready_change: Callable[[bool], None] | None = None,
+        delivery_wakeup: Literal["eventfd", "thread"] = "eventfd",
     ) -> None:
         self._config = config
         conf = producer_config(config, max_record_bytes)
         conf["logger"] = logging.getLogger("kct.receiver.librdkafka")  # JSON logs, like ours
-        self._busy = ProducerLane("busy", conf)
+        event_fd = delivery_wakeup == "eventfd"
+        self._busy = ProducerLane("busy", conf, event_fd=event_fd)
         quiet = quiet_producer_config(conf, config)
-        self._quiet = ProducerLane("quiet", quiet) if quiet is not None else None
+        self._quiet = ProducerLane("quiet", quiet, event_fd=event_fd) if quiet is not None else None
         self._lanes = [self._busy] if self._quiet is None else [self._busy, self._quiet]
         self._retry_after_s = retry_after_s
         self._on_ready_change = on_ready_change

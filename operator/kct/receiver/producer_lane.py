@@ -2,8 +2,9 @@
 
 The queue (delivery reports, errors, logs) is served on the event loop when librdkafka can signal it on an
 eventfd (`kct.receiver.rdkafka_events`): the loop calls `poll(0)` when the descriptor turns readable, so
-the callbacks run on the loop and the reports resolve at once. Where it cannot, a polling thread serves it
-and wakes the loop through `DeliveryReports.wake()`. A fatal producer error (possible with idempotence)
+the callbacks run on the loop and the reports resolve at once. Where it cannot, or when the configuration
+asks for it (`runtime.deliveryWakeup: thread`), a polling thread serves it and wakes the loop through
+`DeliveryReports.wake()`. A fatal producer error (possible with idempotence)
 replaces the producer, failing what the dead one still held, so Kafka outages heal without a restart.
 """
 
@@ -27,8 +28,9 @@ _POLL_S = 0.05
 
 
 class ProducerLane:
-    def __init__(self, name: str, conf: dict[str, Any]) -> None:
+    def __init__(self, name: str, conf: dict[str, Any], *, event_fd: bool = True) -> None:
         self.name = name
+        self._event_fd = event_fd  # try librdkafka's eventfd first (runtime.deliveryWakeup: eventfd)
         self._conf = dict(conf, error_cb=self._on_error)
         self.producer = Producer(self._conf)
         self.replacements = 0
@@ -82,7 +84,7 @@ class ProducerLane:
             log.warning("producer error", extra={"error": str(err), "lane": self.name})
 
     def _watch_producer(self) -> bool:
-        watch = watch_main_queue(self.producer)
+        watch = watch_main_queue(self.producer) if self._event_fd else None
         if watch is None:
             return False
         asyncio.get_running_loop().add_reader(watch.fd, self.serve)

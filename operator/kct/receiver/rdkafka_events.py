@@ -99,8 +99,9 @@ def _handle_of(producer: object, lib: Any) -> int | None:
 
 def watch_main_queue(producer: object) -> MainQueueWatch | None:
     """Have librdkafka signal the producer's main queue on a new eventfd; None where it cannot (not Linux,
-    another librdkafka layout, KCT_RECEIVER_KAFKA_EVENT_FD=0): then serve the queue with a polling thread."""
-    if os.environ.get("KCT_RECEIVER_KAFKA_EVENT_FD", "1") == "0" or not hasattr(os, "eventfd"):
+    another librdkafka layout), said in the log: then serve the queue with a polling thread."""
+    if not hasattr(os, "eventfd"):
+        log.info("this platform has no eventfd; delivery reports use a polling thread")
         return None
     lib = _librdkafka()
     if lib is None:

@@ -4,7 +4,6 @@ producer points at a closed loopback port, so every record fails after message.t
 from __future__ import annotations
 
 import asyncio
-import os
 import select
 import socket
 import threading
@@ -15,7 +14,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
-from kct.receiver.config import KafkaSinkConfig
+from kct.receiver.command import kafka_sink
+from kct.receiver.config import KafkaSinkConfig, parse_receiver_config
 from kct.receiver.errors import Unavailable
 from kct.receiver.kafka_sink import KafkaSink
 from kct.receiver.rdkafka_events import watch_main_queue
@@ -55,32 +55,31 @@ def test_a_delivery_report_makes_the_fd_readable_and_poll_serves_it(closed_port:
     assert reports[0].code() == KafkaError._MSG_TIMED_OUT
 
 
-def test_only_a_producer_is_watched_and_the_switch_turns_it_off(closed_port: int,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Given a consumer (same C handle type, not a producer) or the off switch, then no watch: the sink
-    falls back to its polling thread."""
+def test_only_a_producer_is_watched(closed_port: int) -> None:
+    """Given a consumer (same C handle type, not a producer), then no watch: the sink would fall back to its
+    polling thread."""
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{closed_port}", "group.id": "kct-events-test",
                          "enable.metrics.push": False, "log_level": 0})
     assert watch_main_queue(consumer) is None
     consumer.close()
-    monkeypatch.setenv("KCT_RECEIVER_KAFKA_EVENT_FD", "0")
-    assert watch_main_queue(_producer(closed_port)) is None
 
 
-@pytest.mark.parametrize("event_fd", [True, False], ids=["event-fd", "polling-thread"])
-async def test_sink_fails_an_undeliverable_push_with_503_in_both_modes(
-        closed_port: int, event_fd: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Given the sink in either delivery mode with Kafka unreachable, when a push is sent anyway, then its
-    failed report reaches the push (503 kafka_timeout) well before the lost-report margin, and in event-fd
-    mode no polling thread runs."""
-    monkeypatch.setenv("KCT_RECEIVER_KAFKA_EVENT_FD", "1" if event_fd else "0")
-    config = KafkaSinkConfig(bootstrap_servers=f"127.0.0.1:{closed_port}", topic="kct-events-test",
-                             delivery_timeout_ms=500, readiness_timeout_ms=200)
-    sink = KafkaSink(config, 1_000_000)
+@pytest.mark.parametrize("wakeup", ["eventfd", "thread"])
+async def test_sink_fails_an_undeliverable_push_with_503_in_both_modes(closed_port: int, wakeup: str) -> None:
+    """Given the receiver's configuration choosing either delivery wake-up (runtime.deliveryWakeup) and Kafka
+    unreachable, when a push is sent anyway, then its failed report reaches the push (503 kafka_timeout) well
+    before the lost-report margin, and the mode is the one chosen: with eventfd no polling thread runs."""
+    config = parse_receiver_config({
+        "kafka": {"bootstrapServers": f"127.0.0.1:{closed_port}", "topic": "kct-events-test",
+                  "deliveryTimeoutMs": 500, "readinessTimeoutMs": 200},
+        "runtime": {"deliveryWakeup": wakeup},
+    })
+    event_fd = wakeup == "eventfd"
+    sink = kafka_sink(config)
     await sink.start()
     assert sink.reports_by_event_fd is event_fd
     pollers = [t for t in threading.enumerate() if t.name.startswith("kct-kafka-poll") and t.is_alive()]
-    assert bool(pollers) is not event_fd
+    assert len(pollers) == (0 if event_fd else 2)
     sink._ready = True  # the probe failed (no broker): let the push through to librdkafka anyway
     started = time.monotonic()
     with pytest.raises(Unavailable) as refused:
@@ -91,7 +90,18 @@ async def test_sink_fails_an_undeliverable_push_with_503_in_both_modes(
     assert not sink.reports_by_event_fd
     if not event_fd:
         assert all(not t.is_alive() for t in pollers)
-    assert os.environ["KCT_RECEIVER_KAFKA_EVENT_FD"] == ("1" if event_fd else "0")
+
+
+async def test_the_default_delivery_wakeup_is_the_eventfd(closed_port: int) -> None:
+    """Given a configuration that does not name runtime.deliveryWakeup, then the sink serves its producers
+    on librdkafka's eventfd."""
+    config = parse_receiver_config({"kafka": {"bootstrapServers": f"127.0.0.1:{closed_port}",
+                                              "readinessTimeoutMs": 200}})
+    assert config.runtime.delivery_wakeup == "eventfd"
+    sink = kafka_sink(config)
+    await sink.start()
+    assert sink.reports_by_event_fd
+    await sink.close(1.0)
 
 
 async def test_a_fatal_producer_error_replaces_the_producer_and_the_new_one_is_watched(closed_port: int) -> None:
