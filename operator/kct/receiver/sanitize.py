@@ -1,16 +1,26 @@
-"""One walk over a decoded push: validate, count data points, drop private attributes.
+"""Validate a push, count its data points, drop private attributes: who owns which part.
 
-Invalid pieces are dropped, not the whole push (OTLP "partial success"): a metric without a name or
-without data, a number point without a value, a histogram point whose bucket counts do not fit its bounds.
-The sender learns how many points were rejected and why. A push in which nothing valid remains is a 400.
+- The verdict "this protobuf push needs no change" (every metric named and with data, every point valid,
+  no attribute key the privacy filter drops) and its point count: `kct.receiver._otlpscan` (C), one pass
+  over the wire bytes, reached through `scan_untouched` and `untouched_unparsed`. `_otlpscan.valid` also
+  proves that the protobuf runtime would parse the bytes, so a clean push with both ids in the broker's
+  headers is stored as sent, never decoded. The extension is part of the product (setup.py builds it,
+  not optionally): importing this module without it fails, naming what to do.
+- Everything that changes or explains a push: `sanitize` here, the walk over the decoded message. It runs
+  for JSON pushes and whenever the scan declines, drops invalid pieces rather than the whole push (OTLP
+  "partial success": a metric without a name or without data, a number point without a value, a
+  histogram point whose bucket counts do not fit its bounds), removes private attributes
+  (`kct.receiver.privacy` decides per key) and says how many points were rejected and why. A push in
+  which nothing valid remains is a 400 (`kct.receiver.pipeline`).
+- The walk is also the oracle the scan is checked against: tests/unit/receiver/test_receiver_native_scan.py
+  asserts that whenever the scan answers, the walk over the same bytes changes nothing and counts the same
+  points, on the fuzz seeds and thousands of mutations of them.
 
-The walk is the receiver's main per-push CPU cost after parsing, so it touches each point once and only
-looks at point attributes when the privacy filter asks for it.
+The walk touches each point once and only looks at point attributes when the privacy filter asks for it.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,15 +29,16 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from kct.receiver.privacy import AttributeFilter
 
-try:  # the C extension (setup.py); without it every push takes the Python walk
+try:
     from kct.receiver import _otlpscan
-except ImportError:  # pragma: no cover - depends on the build
-    _otlpscan = None  # type: ignore[assignment]
+except ImportError as missing:  # pragma: no cover - a broken install
+    raise ImportError(
+        "kct.receiver._otlpscan, the receiver's C extension, is not built: install the package where a C "
+        "compiler and the Python headers are available (`make venv`, or `pip install .` in the image's build "
+        f"stage) ({missing})"
+    ) from missing
 
-__all__ = ["NATIVE_SCAN", "SanitizeResult", "resource_attribute", "sanitize", "scan_untouched", "untouched_unparsed"]
-
-# KCT_RECEIVER_NATIVE_SCAN=0 turns the native scan off (to compare, or should it ever be suspected).
-NATIVE_SCAN = _otlpscan is not None and os.environ.get("KCT_RECEIVER_NATIVE_SCAN", "1") != "0"
+__all__ = ["SanitizeResult", "resource_attribute", "sanitize", "scan_untouched", "untouched_unparsed"]
 
 _MAX_REASONS = 5
 
@@ -62,12 +73,10 @@ def scan_untouched(
 ) -> SanitizeResult | None:
     """The result `sanitize` would give for these protobuf bytes (already parsed successfully) when it
     would change nothing, found in one native pass over the bytes; None when something may have to be
-    rejected or dropped (or the extension is missing): then `sanitize` must run.
+    rejected or dropped: then `sanitize` must run.
 
     This is the common case (valid points, no private attribute keys) and costs a fraction of the walk
     over the decoded message, whose per-point method calls were most of a push's CPU."""
-    if not NATIVE_SCAN:
-        return None
     found = _otlpscan.scan(serialized, attribute_filter.check_data_points, check_points)
     if found is None:
         return None
@@ -83,7 +92,7 @@ def untouched_unparsed(
     """As `scan_untouched`, for bytes not parsed yet: None unless the native validator proves that the
     protobuf runtime parses them (then storing them undecoded is what decoding them would have allowed).
     An empty body parses but is refused by `decode_request` (400 empty_body): not taken here either."""
-    if not NATIVE_SCAN or not serialized or not _otlpscan.valid(serialized):
+    if not serialized or not _otlpscan.valid(serialized):
         return None
     return scan_untouched(serialized, attribute_filter, check_points=check_points)
 

@@ -9,6 +9,8 @@ scan must actually answer for clean pushes, or it would be useless (and this tes
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 from google.protobuf.message import DecodeError
@@ -186,3 +188,13 @@ def test_unparsed_path_declines_empty_and_unparsable_bodies() -> None:
     assert untouched_unparsed(b"\x0a\x05\x0a\x03\xff\xfe\xfd", filt) is None  # a nested length that lies
     clean = untouched_unparsed(bytes(_clean_push().SerializeToString()), filt)
     assert clean is not None and clean.data_points == 101
+
+
+def test_without_the_extension_the_receiver_does_not_import_and_says_why() -> None:
+    """Given an install where kct.receiver._otlpscan is missing, when the receiver's sanitising module is
+    imported, then it fails naming the extension and how it is built (no silent slower engine)."""
+    probe = ("import sys; sys.modules['kct.receiver._otlpscan'] = None\n"
+             "try:\n    import kct.receiver.sanitize\nexcept ImportError as e:\n    print(e)\n"
+             "else:\n    print('imported')")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert "the receiver's C extension, is not built" in out and "make venv" in out
