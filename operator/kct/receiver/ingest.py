@@ -14,6 +14,12 @@ push itself goes through `ReceiverServer.handle_push`, the same code as the aioh
 names what it needs of the server (`PushHandler`) and the `Answer` both HTTP layers send, so it imports no
 server: kct.receiver.server builds on it, never the reverse.
 
+This is the receiver's one ingest engine: every connection starts here. The hand-over is its documented
+fallback for what is not plain HTTP/1.1 (chunked bodies, `Expect: 100-continue`, odd or malformed heads),
+so aiohttp's `POST /v1/metrics` route only ever serves pushes handed over, through the same handler. With
+`logging.accessLog` on, the pushes answered here are logged in aiohttp's access-log format by
+`kct.receiver.accesslog`; aiohttp logs what it serves itself.
+
 Requests on one connection are answered in order, one at a time (as aiohttp does): while a push waits for
 Kafka, what else the sender writes is buffered (reading pauses only past one maximal request, so the usual
 one-push-at-a-time sender costs no pause/resume system calls).
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any, Protocol
 
+from kct.receiver.accesslog import PushAccessLog
 from kct.receiver.config import ReceiverConfig
 from kct.receiver.errors import BadRequest
 
@@ -59,9 +66,6 @@ class PushHandler(Protocol):
 
     @property
     def config(self) -> ReceiverConfig: ...
-
-    @property
-    def lean_disabled(self) -> bool: ...
 
     @property
     def draining(self) -> bool: ...
@@ -132,8 +136,9 @@ def encode_answer(answer: Answer, keep_alive: bool) -> bytes:
 
 class LeanIngestProtocol(asyncio.Protocol):
     def __init__(self, server: PushHandler, aiohttp_factory: Callable[[], Any],
-                 connections: set[LeanIngestProtocol]) -> None:
+                 connections: set[LeanIngestProtocol], access_log: PushAccessLog | None = None) -> None:
         self._server = server
+        self._access_log = access_log
         self._aiohttp_factory = aiohttp_factory
         self._connections = connections
         self._transport: asyncio.Transport | None = None
@@ -200,7 +205,7 @@ class LeanIngestProtocol(asyncio.Protocol):
         if end < 0:
             return None
         parsed = parse_head(bytes(buf[len(_PREFIX):end]))
-        if parsed is None or self._server.lean_disabled:
+        if parsed is None:
             return None
         return (*parsed, end + 4)
 
@@ -230,9 +235,10 @@ class LeanIngestProtocol(asyncio.Protocol):
 
     def _start(self, headers: dict[str, str], length: int, body: bytes | None, keep_alive: bool) -> None:
         self._busy = True
-        asyncio.get_running_loop().create_task(self._answer(headers, length, body, keep_alive))
+        asyncio.get_running_loop().create_task(self._answer(headers, length, body, keep_alive, time.monotonic()))
 
-    async def _answer(self, headers: dict[str, str], length: int, body: bytes | None, keep_alive: bool) -> None:
+    async def _answer(self, headers: dict[str, str], length: int, body: bytes | None, keep_alive: bool,
+                      arrived: float) -> None:
         async def read_body() -> bytes:
             if body is None:
                 raise BadRequest("incomplete_body", "the connection closed before the request body was complete")
@@ -243,7 +249,10 @@ class LeanIngestProtocol(asyncio.Protocol):
         if self._closed or transport is None:
             return
         keep_alive = keep_alive and not self._server.draining and not self._eof
-        transport.write(encode_answer(answer, keep_alive))
+        wire = encode_answer(answer, keep_alive)
+        transport.write(wire)
+        if self._access_log is not None:
+            self._log_access(transport, headers, answer.status, len(wire), arrived)
         self._busy = False
         if not keep_alive:
             transport.close()
@@ -252,6 +261,13 @@ class LeanIngestProtocol(asyncio.Protocol):
             self._paused = False
             transport.resume_reading()
         self._next()
+
+    def _log_access(self, transport: asyncio.Transport, headers: dict[str, str], status: int, sent: int,
+                    arrived: float) -> None:
+        assert self._access_log is not None
+        peer = transport.get_extra_info("peername")
+        remote = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        self._access_log.push(remote, headers, status, sent, time.monotonic() - arrived)
 
     def _hand_over(self) -> None:
         """From this request on, the connection is aiohttp's: its handler gets the transport and the bytes."""

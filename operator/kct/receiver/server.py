@@ -6,15 +6,15 @@ points were dropped) in the request's content type; errors carry a google.rpc.St
 encoding, declared length, admission), reads the body with a hard cap, and hands the rest to `Pipeline`.
 
 aiohttp's own request decompression is switched off (`auto_decompress=False`): it would inflate a bomb
-before we could cap it. Why aiohttp serves the routes while the pushes take the lean path: the receiver's
-README ("The per-push path"), measured with `bench/receiver_throughput.py --compare-http`.
+before we could cap it. Every connection is accepted by the lean ingest protocol (`kct.receiver.ingest`),
+which answers plain pushes itself and hands anything else to aiohttp. Why: the receiver's README ("The
+per-push path"), measured with `bench/receiver_throughput.py --compare-http`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import ssl
 import time
@@ -24,6 +24,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from kct.receiver.accesslog import PushAccessLog
 from kct.receiver.codec import encode_export_response, encode_status, negotiate, response_format
 from kct.receiver.config import ReceiverConfig, TlsConfig
 from kct.receiver.errors import BadRequest, PayloadTooLarge, PushRejected, Unauthorized, Unavailable
@@ -74,7 +75,6 @@ class ReceiverServer:
         self._runner: web.AppRunner | None = None
         self._lean_server: asyncio.Server | None = None
         self._lean_connections: set[LeanIngestProtocol] = set()
-        self._lean_disabled = config.logging.access_log or os.environ.get("KCT_RECEIVER_LEAN_INGEST", "1") == "0"
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
         self._refusal_log: dict[str, tuple[float, int]] = {}
@@ -85,6 +85,8 @@ class ReceiverServer:
     # -- application -----------------------------------------------------------------------------
     def _build_app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.limits.max_compressed_bytes)
+        # Only pushes the lean ingest path hands over reach this route (chunked bodies, Expect, odd heads):
+        # plain ones are answered before aiohttp sees them. Same handler (`handle_push`) either way.
         app.router.add_post(ROUTE, self._post_metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -220,39 +222,23 @@ class ReceiverServer:
         self._runner = web.AppRunner(self.app, **runner_kwargs)
         await self._runner.setup()
         ssl_context = build_ssl_context(cfg.listen.tls) if cfg.listen.tls is not None else None
-        if self.lean_disabled:
-            site = web.TCPSite(
-                self._runner,
-                cfg.listen.host,
-                cfg.listen.port,
-                ssl_context=ssl_context,
-                backlog=cfg.listen.backlog,
-                reuse_port=cfg.listen.reuse_port or None,
-            )
-            await site.start()
-            server = site._server
-        else:
-            server = self._lean_server = await self._start_lean(ssl_context)
-        sockets = getattr(server, "sockets", None) or []
+        server = self._lean_server = await self._start_lean(ssl_context)
+        sockets = server.sockets
         self.port = sockets[0].getsockname()[1] if sockets else cfg.listen.port
         if cfg.quotas.overrides_file is not None:
             self._tasks.append(asyncio.create_task(self._reload_quotas_forever(), name="kct-quota-reload"))
         log.info("receiver listening", extra={"host": cfg.listen.host, "port": self.port,
                                                "tls": ssl_context is not None, "topic": cfg.kafka.topic})
 
-    @property
-    def lean_disabled(self) -> bool:
-        """The lean ingest path is off when aiohttp's access log is wanted or KCT_RECEIVER_LEAN_INGEST=0
-        (read once: it is asked for every push, and an os.environ lookup was ~4 % of a push's CPU)."""
-        return self._lean_disabled
-
     async def _start_lean(self, ssl_context: ssl.SSLContext | None) -> asyncio.Server:
         """Listen with the lean ingest protocol in front of aiohttp's request handler (ingest.py)."""
         assert self._runner is not None and self._runner.server is not None
         cfg = self.config
         factory, connections = self._runner.server, self._lean_connections
+        # aiohttp logs what it serves (runner_kwargs above); the pushes answered here log themselves.
+        access_log = PushAccessLog() if cfg.logging.access_log else None
         return await asyncio.get_running_loop().create_server(
-            lambda: LeanIngestProtocol(self, factory, connections),
+            lambda: LeanIngestProtocol(self, factory, connections, access_log),
             cfg.listen.host,
             cfg.listen.port,
             ssl=ssl_context,

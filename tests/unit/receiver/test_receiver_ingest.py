@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 
 import pytest
-from conftest import PROTOBUF, TOKEN, Receiver, make_request
+from conftest import PROTOBUF, TOKEN, Receiver, ReceiverFactory, base_config, make_request
 
 from kct.receiver.ingest import parse_head
 
@@ -99,3 +101,63 @@ async def test_connection_close_and_declared_too_large_close_after_the_answer(re
     status, _, _ = await _read_answer(reader)
     assert status == 413 and await reader.read() == b""
     writer.close()
+
+
+_CLIENT = "Referer: https://example.test/r\r\nUser-Agent: librdkafka-test/2.6\r\nConnection: close\r\n"
+
+
+async def _answered_and_logged(receiver: Receiver, request: bytes, caplog: pytest.LogCaptureFixture
+                               ) -> tuple[str, int, logging.LogRecord]:
+    """(the answering server's Server header, the bytes of its answer, the access-log record) for one request
+    with `Connection: close` (so the server closes after answering)."""
+    caplog.clear()
+    reader, writer = await asyncio.open_connection("127.0.0.1", receiver.server.port)
+    writer.write(request)
+    await writer.drain()
+    answer = await reader.read()  # all the receiver wrote, until it closed the connection
+    writer.close()
+    status, headers, _ = await _read_answer(_reader_of(answer))
+    assert status == 200
+    records = [r for r in caplog.records if r.name == "aiohttp.access"]
+    assert len(records) == 1, records
+    return headers["server"], len(answer), records[0]
+
+
+def _reader_of(data: bytes) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    return reader
+
+
+async def test_access_log_lines_are_aiohttps_whichever_path_answers(make_receiver: ReceiverFactory,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """Given logging.accessLog on, when a plain push (answered by the lean path) and the same push with a
+    repeated header (handed over to aiohttp's route) are sent, then each is logged once on aiohttp.access
+    with the same line but for its time and the same extra fields; given the default (off), none is."""
+    receiver = await make_receiver(base_config(logging={"level": "INFO", "accessLog": True}))
+    with caplog.at_level(logging.INFO, logger="aiohttp.access"):
+        lean_server, lean_sent, lean = await _answered_and_logged(receiver, _push(extra=_CLIENT), caplog)
+        handed_server, handed_sent, handed = await _answered_and_logged(
+            receiver, _push(extra=_CLIENT + "X-A: 1\r\nX-A: 2\r\n"), caplog)
+    assert lean_server == "kct-receiver" and "aiohttp" in handed_server  # each path answered one of them
+    # %b (response_size) is what each server wrote: their heads differ (Server, Connection), so mask it.
+    assert (lean.response_size, handed.response_size) == (lean_sent, handed_sent)
+    untimed = re.compile(r"\[[^\]]*\] |(?<= 200 )\d+")
+    assert untimed.sub("", lean.getMessage()) == untimed.sub("", handed.getMessage())
+    assert lean.getMessage() == (f'127.0.0.1 {lean.request_start_time} "POST /v1/metrics HTTP/1.1" 200 {lean_sent} '
+                                 '"https://example.test/r" "librdkafka-test/2.6"')
+    fields = ("remote_address", "first_request_line", "response_status", "request_header")
+    assert {f: getattr(lean, f) for f in fields} == {f: getattr(handed, f) for f in fields}
+    assert set(vars(lean)) - set(vars(handed)) == set() == set(vars(handed)) - set(vars(lean))
+    assert re.fullmatch(r"\[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\]", lean.request_start_time)
+
+    quiet = await make_receiver()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="aiohttp.access"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", quiet.server.port)
+        writer.write(_push(extra=_CLIENT))
+        await writer.drain()
+        assert (await _read_answer(reader))[0] == 200
+        writer.close()
+    assert not [r for r in caplog.records if r.name == "aiohttp.access"]
