@@ -27,6 +27,7 @@ TUNED_RECEIVER: dict[str, Any] = {
     "observability": {"pipeline": False},
     "logging": {"level": "DEBUG", "format": "text"},
     "shutdown": {"drainTimeoutMs": 1234},
+    "runtime": {"eventLoop": "asyncio", "deliveryWakeup": "thread"},
 }
 TUNED_AGGREGATION: dict[str, Any] = {
     "window": {"sizeSeconds": 30, "watermarkSeconds": 10, "counterLookbackWindows": 7},
@@ -49,6 +50,7 @@ def test_spec_receiver_is_the_receivers_tuning_model_and_reaches_its_config_unch
     assert set(TUNED_RECEIVER) == {field.alias for field in receiver_config_module.ReceiverTuning.model_fields.values()}
     assert built.tuning() == spec.receiver.tuning()
     assert built.shutdown.drain_timeout_ms == 1234 and built.logging.format == "text"
+    assert (built.runtime.event_loop, built.runtime.delivery_wakeup) == ("asyncio", "thread")
 
 
 def test_spec_aggregation_is_the_jobs_tuning_model_and_reaches_its_config_unchanged() -> None:
