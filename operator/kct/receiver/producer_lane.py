@@ -4,8 +4,8 @@ The queue (delivery reports, errors, logs) is served on the event loop when libr
 eventfd (`kct.receiver.rdkafka_events`): the loop calls `poll(0)` when the descriptor turns readable, so
 the callbacks run on the loop and the reports resolve at once. Where it cannot, or when the configuration
 asks for it (`runtime.deliveryWakeup: thread`), a polling thread serves it and wakes the loop through
-`DeliveryReports.wake()`. A fatal producer error (possible with idempotence)
-replaces the producer, failing what the dead one still held, so Kafka outages heal without a restart.
+`DeliveryReports.wake()`. A fatal producer error (possible with idempotence) replaces the producer,
+failing what the dead one still held, so Kafka outages heal without a restart.
 """
 
 from __future__ import annotations
