@@ -59,9 +59,9 @@ stack-install:  ## download and build what the local stack runs (kube-apiserver,
 
 # The image tests read the archive `make images` writes, the e2e tests the stack's binaries and the Spark
 # jars: building them (downloads, a cold Go build of the API server) happens here, never inside a test's timeout.
-pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit and end-to-end tests (marked e2e; starts the local stack when a test needs it); the 25 slowest and build/pytest-junit.xml
+pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit and end-to-end tests (marked e2e; starts the local stack when a test needs it); two sessions side by side (dev/tools/pytest_phases.py: e2e, and the rest at a lower CPU priority), each with its 25 slowest and build/pytest-junit-<phase>.xml
 	@mkdir -p build
-	$(VENV)/bin/pytest --durations=25 --junitxml=build/pytest-junit.xml $(PYTEST_ARGS)
+	$(VPY) dev/tools/pytest_phases.py $(PYTEST_ARGS)
 
 unit: venv images spark-jars spark-operator  ## only the tests that need no server
 	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
