@@ -1,7 +1,7 @@
 """The Dockerfile: linted, pinned, non-root, and every stage that runs commands built or replayed here.
 
 `make images` builds the stages of the images listed in dev/images/images.py (the runtime image: `plugin-build`,
-`build`, `runtime`; the Spark job image: `spark-jars`, `otlp-decoder`, `spark`) from this Dockerfile with
+`build`, `runtime`; the Spark job image: `spark-jars`, `otlp-decoder`, `job-python`, `spark`) from this Dockerfile with
 buildah, on local Debian bases passed as PYTHON_IMAGE, MAVEN_IMAGE and SPARK_IMAGE; test_runtime_image.py
 and test_spark_image.py run the results.
 
@@ -75,7 +75,7 @@ def test_every_stage_that_runs_commands_is_built_or_replayed() -> None:
     with_runs = {stage.name for stage in DOCKERFILE.stages if stage.runs}
     assert with_runs <= built | REPLAYED, sorted(with_runs - built - REPLAYED)
     assert not built & REPLAYED
-    assert {"plugin-build", "build", "runtime", "spark-jars", "otlp-decoder", "spark"} <= built
+    assert {"plugin-build", "build", "runtime", "spark-jars", "otlp-decoder", "job-python", "spark"} <= built
 
 
 @pytest.mark.parametrize("name", sorted(images.IMAGES))
@@ -206,5 +206,5 @@ def test_one_spark_release_everywhere() -> None:
     for manifest in sorted((REPO / "spark").glob("*.yaml")):
         for found in re.findall(r"sparkVersion:\s*\"?([\w.]+)", manifest.read_text()):
             assert found == release, f"{manifest.name}: sparkVersion {found}, pyspark is pinned to {release}"
-    for pom in (REPO / "dev" / "spark-deps" / "pom.xml", REPO / "spark" / "otlp-decoder" / "pom.xml"):
+    for pom in (REPO / "dev" / "spark-deps" / "pom.xml", REPO / "operator" / "kct" / "aggregation" / "jvm" / "pom.xml"):
         assert f"<spark.version>{release}</spark.version>" in pom.read_text(), pom
