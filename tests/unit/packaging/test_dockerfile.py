@@ -171,11 +171,13 @@ def test_spark_stage_libraries_import_on_the_spark_image_python(tmp_path: Path) 
     if python310 is None:
         missing_precondition("no Python 3.10 (the official Spark image's Python): neither python3.10 on PATH "
                              "nor a pyenv version 3.10.x")
+    _replay_job_python(tmp_path)
     proc = replay(BY_NAME["spark"], tmp_path, command, rewrite={"python3 -m pip": f"{python310} -m pip",
                                                                " --no-cache-dir": ""})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     python_path = tmp_path / "opt" / "kct" / "python"
     assert (python_path / "kct" / "aggregation").is_dir()
+    assert not (python_path / "kct" / "aggregation" / "jvm").exists()
     # pyspark comes with the Spark image; borrow the (pure-Python) one of this venv, after the image's paths.
     pyspark_home = Path(__import__("pyspark").__file__).parents[1]
     modules = sorted(f"kct.aggregation.{p.stem}" for p in (python_path / "kct" / "aggregation").glob("[!_]*.py"))
@@ -184,6 +186,19 @@ def test_spark_stage_libraries_import_on_the_spark_image_python(tmp_path: Path) 
         env={**os.environ, "PYTHONPATH": f"{python_path}:{pyspark_home}"}, capture_output=True, text=True, check=False,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
+
+
+def _replay_job_python(root: Path) -> None:
+    """The `spark` stage's kct package: the `job-python` stage replayed (its COPY, its RUN that drops the Java
+    sources) under a scratch root, then copied where the `spark` stage's `COPY --from=job-python` puts it."""
+    stage = BY_NAME["job-python"]
+    scratch = root / "job-python"
+    for command in stage.runs:
+        proc = replay(stage, scratch, command)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (copy,) = [c for c in BY_NAME["spark"].of("COPY") if c.flag("from") == "job-python"]
+    source, destination = copy.arguments.split()
+    shutil.copytree(scratch / source.strip("/"), root / destination.strip("/"), dirs_exist_ok=True)
 
 
 def test_one_spark_release_everywhere() -> None:

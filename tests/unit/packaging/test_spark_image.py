@@ -98,7 +98,7 @@ def test_jars_holds_the_kafka_connector_and_the_decoder(unpacked: tuple[Path, An
     assert expected and expected <= classes, sorted(expected - classes)
     tests = {p.relative_to(java / "test" / "java").with_suffix(".class").as_posix()
              for p in (java / "test" / "java").rglob("*.java")}
-    assert not tests & classes, sorted(tests & classes)
+    assert tests and not tests & classes, sorted(tests & classes)
 
 
 def test_the_jobs_python_is_the_package_without_its_java_sources(unpacked: tuple[Path, Any]) -> None:
