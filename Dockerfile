@@ -44,11 +44,14 @@ RUN mvn -B -q dependency:copy-dependencies -Dspark.version=${SPARK_VERSION} -Dou
 # ------------------------------------------------------------------------ the Spark aggregation job
 FROM ${SPARK_IMAGE} AS spark-base
 
-# The JVM OTLP decoder (spark/otlp-decoder), compiled against the Spark image's own jars.
+# The aggregation's JVM code (operator/kct/aggregation/jvm: the OTLP decoder, ClientWindows, Rollups, ...),
+# compiled against the Spark image's own jars. Only the pom and the main sources: the JUnit tests run in
+# `make test`, not in the image build (-Dmaven.test.skip), so a test edit does not change the image.
 FROM ${MAVEN_IMAGE} AS otlp-decoder
 ARG SPARK_VERSION
 WORKDIR /src
-COPY spark/otlp-decoder/ ./
+COPY operator/kct/aggregation/jvm/pom.xml ./
+COPY operator/kct/aggregation/jvm/src/main/ src/main/
 # ClientWindows builds on Spark's internals (Datasets, RDDs of InternalRow): the jars the pom names.
 COPY --from=spark-base /opt/spark/jars/spark-sql-api_2.13-${SPARK_VERSION}.jar \
      /opt/spark/jars/spark-sql_2.13-${SPARK_VERSION}.jar /opt/spark/jars/spark-catalyst_2.13-${SPARK_VERSION}.jar \
@@ -60,9 +63,16 @@ SHELL ["/bin/bash", "-eo", "pipefail", "-c"]
 RUN --mount=type=cache,target=/root/.m2 \
     scala="$(find /spark-jars -name 'scala-library-*.jar' -printf '%f' | sed 's/^scala-library-//; s/[.]jar$//')" \
     && kryo="$(find /spark-jars -name 'kryo-shaded-*.jar' -printf '%f' | sed 's/^kryo-shaded-//; s/[.]jar$//')" \
-    && mvn -B -q package -Dspark.version=${SPARK_VERSION} -Dscala.library.version="$scala" \
+    && mvn -B -q package -Dmaven.test.skip=true -Dspark.version=${SPARK_VERSION} -Dscala.library.version="$scala" \
         -Dkryo.version="$kryo" -Dspark.jars.dir=/spark-jars -Dkct.build.dir=/build \
     && cp /build/kct-otlp-decoder.jar /kct-otlp-decoder.jar
+
+# The job's Python: the kct package without the JVM sources next to the aggregation's modules (the stage
+# above builds them into the jar). A stage of its own, so the image's layers never hold them; any base with a
+# shell does, and the Maven one is already there.
+FROM ${MAVEN_IMAGE} AS job-python
+COPY operator/kct/ /kct/
+RUN rm -rf /kct/aggregation/jvm
 
 # Its Python may be older than the kct package's floor (the official image's is Ubuntu's), so the job gets
 # the package's sources and the few libraries it imports on PYTHONPATH instead of a pip install of the
@@ -72,7 +82,7 @@ FROM spark-base AS spark
 USER 0:0
 COPY --from=spark-jars /jars/ /opt/spark/jars/
 COPY --from=otlp-decoder /kct-otlp-decoder.jar /opt/spark/jars/
-COPY operator/kct/ /opt/kct/python/kct/
+COPY --from=job-python /kct/ /opt/kct/python/kct/
 COPY spark/aggregation_job.py /opt/kct/spark/
 # Version ranges as in pyproject.toml; the job needs only these of the package's dependencies.
 RUN python3 -m pip install --no-cache-dir --target /opt/kct/python "pydantic>=2.9,<3" "protobuf>=5" "opentelemetry-proto>=1.45" \

@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv spark-jars spark-operator lint plugin-test images stack-install pytest test unit stack-up stack-down stack-status node-up node-down node-status demo bench manifests tools clean
+.PHONY: help venv spark-jars spark-operator lint plugin-test aggregation-jvm-test images stack-install pytest test unit stack-up stack-down stack-status node-up node-down node-status demo bench manifests tools clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -50,6 +50,13 @@ plugin-test:  ## the broker plugin's JUnit tests (Maven), against the newest and
 	cd plugin && mvn -B --no-transfer-progress test
 	cd plugin && mvn -B --no-transfer-progress test -Poldest-kafka
 
+# Against the pinned pyspark's Spark (its jars folder in the venv: the pom's Spark dependencies and the tests'
+# classpath), with the -D flags the jar build (dev/spark-deps/install.py) uses; Maven builds under build/.
+aggregation-jvm-test: venv  ## the aggregation's JVM code's JUnit tests (operator/kct/aggregation/jvm, Maven)
+	props="$$($(VPY) dev/spark-deps/install.py --maven-properties)" \
+	    && cd operator/kct/aggregation/jvm \
+	    && mvn -B --no-transfer-progress test $$props -Dkct.build.dir=$(CURDIR)/build/aggregation-jvm
+
 images:  ## build the container images from the Dockerfile without Docker (buildah, local Debian bases; ~/.cache/kct/images)
 	$(PYTHON) dev/images/images.py build
 
@@ -66,7 +73,7 @@ pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit and
 unit: venv images spark-jars spark-operator  ## only the tests that need no server
 	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
 
-test: lint plugin-test pytest  ## everything CI runs: lint, JUnit, pytest (the README's test command)
+test: lint plugin-test aggregation-jvm-test pytest  ## everything CI runs: lint, JUnit (plugin, aggregation), pytest (the README's test command)
 
 stack-up:  ## both local stacks: the loopback one (build/stack.env) and the one with a Ready node (build/node-stack.env)
 	$(PYTHON) dev/stack/stack.py up
@@ -107,4 +114,4 @@ tools:  ## install helm and hadolint into ~/.cache/kct (from the Go module proxy
 	$(PYTHON) dev/tools/tools.py install
 
 clean:  ## remove build output (not the caches under ~/.cache/kct)
-	rm -rf build plugin/target
+	rm -rf build plugin/target operator/kct/aggregation/jvm/target

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Install the aggregation job's jars for local runs: Spark's Kafka source and our OTLP decoder (stdlib only).
 
-    python dev/spark-deps/install.py [--python .venv/bin/python] [--decoder-only]
+    python dev/spark-deps/install.py [--python .venv/bin/python] [--decoder-only | --maven-properties]
 
 Runs `mvn dependency:copy-dependencies` on dev/spark-deps/pom.xml with the Spark and Scala versions of the
 installed pyspark (pinned in pyproject.toml), into ~/.cache/kct/spark-jars/<spark version>/ (skipped when
@@ -11,10 +11,11 @@ jars Spark itself does not ship. The job (`kct aggregate`) passes them with `spa
 Kafka source; without them it stops, naming this script. `make spark-jars` runs it (the targets that start
 Spark depend on it), so downloads happen on the host, never inside a test.
 
-The JVM OTLP decoder (spark/otlp-decoder, a Spark Java function with protobuf shaded in) is built with
-`mvn -q package` against the installed pyspark's own jars into ~/.cache/kct/spark-decoder/<hash>/, where
-<hash> covers the decoder's sources and the Spark version (`decoder_source_hash`, computed the same way by
-`kct.aggregation.session.decoder_jar`): an unchanged decoder is not rebuilt, a changed one is never used stale.
+The aggregation's JVM code (operator/kct/aggregation/jvm: the OTLP decoder and the Java functions the job
+calls, protobuf shaded in) is built with `mvn -q package` against the installed pyspark's own jars into
+~/.cache/kct/spark-decoder/<hash>/, where <hash> covers the decoder's sources and the Spark version
+(`decoder_source_hash`, computed the same way by `kct.aggregation.session.decoder_jar`): an unchanged decoder
+is not rebuilt, a changed one is never used stale.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DECODER = HERE.parents[1] / "spark" / "otlp-decoder"
+DECODER = HERE.parents[1] / "operator" / "kct" / "aggregation" / "jvm"
 DECODER_JAR = "kct-otlp-decoder.jar"
 sys.path.insert(0, str(HERE.parent / "stack"))
 
@@ -61,12 +62,21 @@ def decoder_source_hash(source: Path, spark_version: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def install_decoder(python: str) -> Path:
-    """Build spark/otlp-decoder for the installed pyspark (cached by source hash); the jar's path."""
+def maven_properties(python: str) -> list[str]:
+    """The -D flags that point the aggregation's pom at the installed pyspark: its Spark release and the jars
+    folder its Spark, Scala and kryo dependencies (scope system) are read from. The jar build here and
+    `make aggregation-jvm-test` (its JUnit tests) use the same, so both compile against the pinned Spark."""
     spark, _ = pyspark_versions(python)
     jars = pyspark_jars(python)
     scala_lib = next(jars.glob("scala-library-*.jar")).name.removeprefix("scala-library-").removesuffix(".jar")
     kryo = next(jars.glob("kryo-shaded-*.jar")).name.removeprefix("kryo-shaded-").removesuffix(".jar")
+    return [f"-Dspark.version={spark}", f"-Dscala.library.version={scala_lib}", f"-Dkryo.version={kryo}",
+            f"-Dspark.jars.dir={jars}"]
+
+
+def install_decoder(python: str) -> Path:
+    """Build operator/kct/aggregation/jvm for the installed pyspark (cached by source hash); the jar's path."""
+    spark, _ = pyspark_versions(python)
     target: Path = _proc.cache_dir("spark-decoder", decoder_source_hash(DECODER, spark))
     jar = target / DECODER_JAR
     if jar.is_file():
@@ -78,10 +88,9 @@ def install_decoder(python: str) -> Path:
         build = target / "build"
         try:
             _proc.run(
-                ["mvn", "-B", "-q", "-f", DECODER / "pom.xml", "package",
-                 f"-Dspark.version={spark}", f"-Dscala.library.version={scala_lib}", f"-Dkryo.version={kryo}",
-                 f"-Dspark.jars.dir={jars}",
-                 f"-Dkct.build.dir={build}"],
+                # The JUnit tests are `make aggregation-jvm-test`'s: not compiled or run for the jar.
+                ["mvn", "-B", "-q", "-f", DECODER / "pom.xml", "package", "-Dmaven.test.skip=true",
+                 *maven_properties(python), f"-Dkct.build.dir={build}"],
                 tool="spark-decoder", version=spark,
             )
             (build / DECODER_JAR).replace(jar)
@@ -118,7 +127,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter whose pyspark decides the versions")
     parser.add_argument("--decoder-only", action="store_true", help="build the OTLP decoder jar only")
+    parser.add_argument("--maven-properties", action="store_true",
+                        help="print the -D flags for the aggregation's pom (Spark release, pyspark's jars) and exit")
     args = parser.parse_args()
+    if args.maven_properties:
+        print(" ".join(maven_properties(args.python)))
+        return 0
     try:
         install_decoder(args.python)
         if not args.decoder_only:

@@ -4,7 +4,7 @@
 are sorted per series and aggregated per (window, series) in Spark SQL, so every point is a row shuffled
 and sorted with its labels. Here the records are grouped per client instance with Spark's own shuffle
 (repartitioned by instance id, sorted by it within partitions: the records move, ~100 points each), and one
-Java loop per client (`spark/otlp-decoder`, class `JVM_CLASS`) decodes its pushes into per-series column
+Java loop per client (`aggregation/jvm`, class `JVM_CLASS`) decodes its pushes into per-series column
 arrays and aggregates each series window by window, quantiles included: the same rows as the SQL path, bit
 for bit (tests/unit/aggregation/test_client_windows.py); rows go in and out as Spark's InternalRow.
 

@@ -47,7 +47,7 @@ class SourceConfig(StrictModel):
 
     bootstrap_servers: str = Field(min_length=1)
     topic: str = Field(default="client-telemetry", min_length=1)
-    # Which OTLP decoder: our JVM function (spark/otlp-decoder jar, built by dev/spark-deps/install.py),
+    # Which OTLP decoder: our JVM function (the jar of aggregation/jvm, built by dev/spark-deps/install.py),
     # the Python one (mapInArrow), or `auto`: the JVM one when its jar is built, Python otherwise.
     decoder: Literal["auto", "jvm", "python"] = "auto"
     # How client_metrics are computed (batch and stream): `sql` (decoded points, Spark SQL:

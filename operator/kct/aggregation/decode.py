@@ -6,7 +6,7 @@ flat data-point rows of `POINT_SCHEMA`, which everything downstream (windows, de
 in Spark SQL on the JVM.
 
 Two decoders produce the same rows. The JVM one (`jvm_points`) is our own Spark Java function
-(`spark/otlp-decoder`, class `JVM_DECODER_CLASS`: protobuf-java and the OpenTelemetry proto classes, shaded),
+(`aggregation/jvm`, class `JVM_DECODER_CLASS`: protobuf-java and the OpenTelemetry proto classes, shaded),
 which returns a push's data points as an array of structs; the job explodes it and adds the record's labels
 with Spark SQL, so no row crosses into Python. spark-protobuf's `from_protobuf` would do the parsing too, but
 the package registry this project can reach does not serve that connector. The Python one
@@ -324,7 +324,7 @@ def decode_arrow_batches(batches: Iterable[Any]) -> Iterator[Any]:
         yield pa.RecordBatch.from_pydict(out.cols, schema=schema)
 
 
-# ---- the JVM decoder (spark/otlp-decoder) ----
+# ---- the JVM decoder (aggregation/jvm) ----
 
 # The Java class (a Spark UDF1<byte[], Row>), the SQL name the job registers it under, and its return type:
 # a push's data points column by column (an array per field), per-metric fields once per metric and the

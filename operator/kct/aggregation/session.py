@@ -59,7 +59,7 @@ def _decoder_source_hash(source: Path, spark_version: str) -> str:
 
 
 def decoder_jar(spark_version: str | None = None) -> Path | None:
-    """The JVM OTLP decoder jar (spark/otlp-decoder) built by dev/spark-deps/install.py, if any.
+    """The JVM OTLP decoder jar (built from ./jvm, next to this module) built by dev/spark-deps/install.py, if any.
 
     `KCT_OTLP_DECODER_JAR` names it explicitly (images). Otherwise, next to the sources (a checkout), only the
     jar built from these very sources for this Spark counts, never a stale one; without the sources (an
@@ -68,7 +68,7 @@ def decoder_jar(spark_version: str | None = None) -> Path | None:
     if explicit:
         return Path(explicit) if Path(explicit).is_file() else None
     cache = _cache_root() / "spark-decoder"
-    source = Path(__file__).resolve().parents[3] / "spark" / "otlp-decoder"
+    source = Path(__file__).resolve().parent / "jvm"
     if (source / "pom.xml").is_file():
         jar = cache / _decoder_source_hash(source, spark_version or pyspark.__version__) / "kct-otlp-decoder.jar"
         return jar if jar.is_file() else None

@@ -1,4 +1,4 @@
-"""The JVM OTLP decoder (spark/otlp-decoder) against the Python one: the same rows for every record.
+"""The JVM OTLP decoder (operator/kct/aggregation/jvm) against the Python one: the same rows for every record.
 
 Both run in the shared local SparkSession on the same records: `decode_records` without a config (the
 Python decoder, mapInArrow) and `decode.jvm_points` (the Java function, exploded in Spark SQL). The jar is

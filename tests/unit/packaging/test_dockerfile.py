@@ -1,7 +1,7 @@
 """The Dockerfile: linted, pinned, non-root, and every stage that runs commands built or replayed here.
 
 `make images` builds the stages of the images listed in dev/images/images.py (the runtime image: `plugin-build`,
-`build`, `runtime`; the Spark job image: `spark-jars`, `otlp-decoder`, `spark`) from this Dockerfile with
+`build`, `runtime`; the Spark job image: `spark-jars`, `otlp-decoder`, `job-python`, `spark`) from this Dockerfile with
 buildah, on local Debian bases passed as PYTHON_IMAGE, MAVEN_IMAGE and SPARK_IMAGE; test_runtime_image.py
 and test_spark_image.py run the results.
 
@@ -75,7 +75,7 @@ def test_every_stage_that_runs_commands_is_built_or_replayed() -> None:
     with_runs = {stage.name for stage in DOCKERFILE.stages if stage.runs}
     assert with_runs <= built | REPLAYED, sorted(with_runs - built - REPLAYED)
     assert not built & REPLAYED
-    assert {"plugin-build", "build", "runtime", "spark-jars", "otlp-decoder", "spark"} <= built
+    assert {"plugin-build", "build", "runtime", "spark-jars", "otlp-decoder", "job-python", "spark"} <= built
 
 
 @pytest.mark.parametrize("name", sorted(images.IMAGES))
@@ -171,11 +171,13 @@ def test_spark_stage_libraries_import_on_the_spark_image_python(tmp_path: Path) 
     if python310 is None:
         missing_precondition("no Python 3.10 (the official Spark image's Python): neither python3.10 on PATH "
                              "nor a pyenv version 3.10.x")
+    _replay_job_python(tmp_path)
     proc = replay(BY_NAME["spark"], tmp_path, command, rewrite={"python3 -m pip": f"{python310} -m pip",
                                                                " --no-cache-dir": ""})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     python_path = tmp_path / "opt" / "kct" / "python"
     assert (python_path / "kct" / "aggregation").is_dir()
+    assert not (python_path / "kct" / "aggregation" / "jvm").exists()
     # pyspark comes with the Spark image; borrow the (pure-Python) one of this venv, after the image's paths.
     pyspark_home = Path(__import__("pyspark").__file__).parents[1]
     modules = sorted(f"kct.aggregation.{p.stem}" for p in (python_path / "kct" / "aggregation").glob("[!_]*.py"))
@@ -184,6 +186,19 @@ def test_spark_stage_libraries_import_on_the_spark_image_python(tmp_path: Path) 
         env={**os.environ, "PYTHONPATH": f"{python_path}:{pyspark_home}"}, capture_output=True, text=True, check=False,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
+
+
+def _replay_job_python(root: Path) -> None:
+    """The `spark` stage's kct package: the `job-python` stage replayed (its COPY, its RUN that drops the Java
+    sources) under a scratch root, then copied where the `spark` stage's `COPY --from=job-python` puts it."""
+    stage = BY_NAME["job-python"]
+    scratch = root / "job-python"
+    for command in stage.runs:
+        proc = replay(stage, scratch, command)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (copy,) = [c for c in BY_NAME["spark"].of("COPY") if c.flag("from") == "job-python"]
+    source, destination = copy.arguments.split()
+    shutil.copytree(scratch / source.strip("/"), root / destination.strip("/"), dirs_exist_ok=True)
 
 
 def test_one_spark_release_everywhere() -> None:
@@ -206,5 +221,5 @@ def test_one_spark_release_everywhere() -> None:
     for manifest in sorted((REPO / "spark").glob("*.yaml")):
         for found in re.findall(r"sparkVersion:\s*\"?([\w.]+)", manifest.read_text()):
             assert found == release, f"{manifest.name}: sparkVersion {found}, pyspark is pinned to {release}"
-    for pom in (REPO / "dev" / "spark-deps" / "pom.xml", REPO / "spark" / "otlp-decoder" / "pom.xml"):
+    for pom in (REPO / "dev" / "spark-deps" / "pom.xml", REPO / "operator" / "kct" / "aggregation" / "jvm" / "pom.xml"):
         assert f"<spark.version>{release}</spark.version>" in pom.read_text(), pom

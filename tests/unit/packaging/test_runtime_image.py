@@ -87,13 +87,15 @@ def test_the_chart_and_the_receivers_run_as_the_images_user(unpacked: tuple[Path
 
 
 def test_the_image_holds_the_package_the_plugin_and_the_user(unpacked: tuple[Path, Any]) -> None:
-    """Given the unpacked image, then it has every module of operator/kct, the plugin jar with every class
-    of plugin/src/main, the kct user and group (10001, no login), and no build leftovers."""
+    """Given the unpacked image, then it has every module of operator/kct (and not the aggregation's Java
+    sources: no Python package), the plugin jar with every class of plugin/src/main, the kct user and group
+    (10001, no login), and no build leftovers."""
     rootfs, _ = unpacked
     (site,) = rootfs.glob("opt/kct/lib/python3.*/site-packages")
     sources = {p.relative_to(REPO / "operator").as_posix() for p in (REPO / "operator" / "kct").rglob("*.py")}
     installed = {p.relative_to(site).as_posix() for p in (site / "kct").rglob("*.py")}
     assert sources <= installed, sorted(sources - installed)
+    assert not (site / "kct" / "aggregation" / "jvm").exists()
 
     jar = rootfs / "opt" / "kct" / "share" / "kct-telemetry-plugin.jar"
     with zipfile.ZipFile(jar) as archive:

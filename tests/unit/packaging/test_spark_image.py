@@ -77,7 +77,8 @@ def test_spark_is_the_release_the_job_is_tested_with(unpacked: tuple[Path, Any])
 
 def test_jars_holds_the_kafka_connector_and_the_decoder(unpacked: tuple[Path, Any]) -> None:
     """Given /opt/spark/jars, then every dependency dev/spark-deps/pom.xml declares is there at the pinned
-    Spark release, and the decoder jar has every class of spark/otlp-decoder's sources."""
+    Spark release, and the decoder jar has every class of operator/kct/aggregation/jvm's main sources (and
+    none of its tests)."""
     rootfs, _ = unpacked
     jars = {p.name for p in (rootfs / "opt/spark/jars").glob("*.jar")}
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
@@ -91,9 +92,25 @@ def test_jars_holds_the_kafka_connector_and_the_decoder(unpacked: tuple[Path, An
     assert f"spark-sql-kafka-0-10_2.13-{_pinned_spark()}.jar" in jars
     with zipfile.ZipFile(rootfs / "opt/spark/jars/kct-otlp-decoder.jar") as archive:
         classes = set(archive.namelist())
-    java = REPO / "spark" / "otlp-decoder" / "src" / "main" / "java"
-    expected = {p.relative_to(java).with_suffix(".class").as_posix() for p in java.rglob("*.java")}
+    java = REPO / "operator" / "kct" / "aggregation" / "jvm" / "src"
+    expected = {p.relative_to(java / "main" / "java").with_suffix(".class").as_posix()
+                for p in (java / "main" / "java").rglob("*.java")}
     assert expected and expected <= classes, sorted(expected - classes)
+    tests = {p.relative_to(java / "test" / "java").with_suffix(".class").as_posix()
+             for p in (java / "test" / "java").rglob("*.java")}
+    assert tests and not tests & classes, sorted(tests & classes)
+
+
+def test_the_jobs_python_is_the_package_without_its_java_sources(unpacked: tuple[Path, Any]) -> None:
+    """Given PYTHONPATH's kct package, then it holds every module of operator/kct, and not the Java sources
+    that sit next to the aggregation's modules (aggregation/jvm: built into the decoder jar instead)."""
+    rootfs, _ = unpacked
+    package = rootfs / "opt/kct/python/kct"
+    sources = {p.relative_to(REPO / "operator" / "kct").as_posix() for p in (REPO / "operator" / "kct").rglob("*.py")}
+    copied = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    assert sources and sources <= copied, sorted(sources - copied)
+    assert (REPO / "operator" / "kct" / "aggregation" / "jvm" / "pom.xml").is_file()
+    assert not (package / "aggregation" / "jvm").exists()
 
 
 def test_the_jobs_entry_runs(unpacked: tuple[Path, Any]) -> None:
