@@ -13,7 +13,8 @@ what `up` started.
 
 `install` only downloads and builds (minutes on a cold machine, nothing when cached): `make pytest` runs it
 first, so no test's timeout is spent compiling the API server or fetching the brokers of the plugin's
-version matrix (kafka_versions.MATRIX, ~45 MB of jars each).
+version matrix (kafka_versions.MATRIX, ~45 MB of jars each) or the client libraries of the client
+matrix (kafka_clients.CLIENTS, a virtualenv per confluent-kafka version).
 
 `node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS and Kafka, all inside network
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _proc
 import kafka_broker
+import kafka_clients
 import kafka_versions
 import kube
 import netns
@@ -83,6 +85,7 @@ def install() -> int:
         kafka_broker.install()
         for release in kafka_versions.MATRIX:  # the plugin's version matrix (test_plugin_versions_e2e.py)
             kafka_broker.install_libs(release.version)
+        kafka_clients.install()  # the client libraries' matrix (test_client_matrix_e2e.py)
         spark_operator.crds()  # fetched, not installed into the API server: the tests that need them do
     return 0
 

@@ -44,9 +44,10 @@ import _proc  # noqa: E402  (dev/stack is not a package)
 import kafka_broker  # noqa: E402
 from kafka_versions import EXPORTER_CLASS, MATRIX, RECEIVER_CLASS, KafkaRelease  # noqa: E402
 
-__all__ = ["EXPORTER_CLASS", "JAVA_CLIENT", "MATRIX", "RECEIVER_CLASS", "REPO", "ClientPushes", "KafkaRelease",
-           "LoadRun", "MatrixRunner", "ReleaseRun", "WrongClassRun", "compile_java_producer", "kafka_broker",
-           "run_load", "run_release", "run_wrong_class"]
+__all__ = ["EXPORTER_CLASS", "JAVA_CLIENT", "MATRIX", "RECEIVER_CLASS", "REPO", "TOKEN", "ClientPushes",
+           "KafkaRelease", "LoadRun", "MatrixRunner", "ReleaseRun", "WrongClassRun", "compile_java_producer",
+           "create_topic", "kafka_broker", "receiver", "run_load", "run_release", "run_wrong_class", "running_broker",
+           "subscribe"]
 
 # Small heap and the C1 compiler only: a broker that serves a handful of clients for seconds starts in
 # about half the time (C2's compile threads compete for the 2 cores during start-up).
@@ -56,7 +57,7 @@ INTERVAL_MS = 1000
 PUSHES_WANTED = 2  # non-terminating pushes per client at the receiver before the clients close
 JAVA_CLIENT = "java"
 _BROKER = "kafka"
-_TOKEN = "matrix-token"
+TOKEN = "matrix-token"
 _JAVA_PRODUCER = Path(__file__).with_name("java") / "TelemetryProducer.java"
 
 
@@ -141,7 +142,18 @@ def _broker(state: Path, release: KafkaRelease, endpoint: str, plugin_class: str
 
 
 @contextlib.contextmanager
-def _receiver(workdir: Path, bootstrap: str, topic: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
+def running_broker(workdir: Path, release: KafkaRelease, endpoint: str, plugin_class: str,
+                   token_file: Path | None) -> Iterator[str]:
+    """A broker of `release` with `plugin_class`, answering when its bootstrap address is yielded; stopped
+    on exit (for tests that need one broker, as tests/e2e/test_client_matrix_e2e.py)."""
+    started = time.monotonic()
+    with _broker(workdir, release, endpoint, plugin_class, token_file) as (bootstrap, log):
+        _broker_started(workdir, _host_port(bootstrap)[1], log, started + READY_TIMEOUT_S)
+        yield bootstrap
+
+
+@contextlib.contextmanager
+def receiver(workdir: Path, bootstrap: str, topic: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
     """`kct receiver` writing to `topic`, expecting the plugin's token; stopped (SIGTERM) on exit."""
     config = {
         "listen": {"host": "127.0.0.1", "port": port},
@@ -153,7 +165,7 @@ def _receiver(workdir: Path, bootstrap: str, topic: str, port: int) -> Iterator[
     path = workdir / "receiver.json"
     path.write_text(json.dumps(config))
     log = workdir / "receiver.log"
-    env = dict(os.environ, KCT_RECEIVER_TOKEN=_TOKEN, KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+    env = dict(os.environ, KCT_RECEIVER_TOKEN=TOKEN, KAFKA_BOOTSTRAP_SERVERS=bootstrap,
                PYTHONPATH=str(REPO / "operator"))
     with log.open("wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "kct.cli", "receiver", "--config", str(path)],
@@ -187,7 +199,7 @@ def _status(url: str) -> int:
         return 0
 
 
-def _subscribe(bootstrap: str, name: str, configs: dict[str, str]) -> None:
+def subscribe(bootstrap: str, name: str, configs: dict[str, str]) -> None:
     """Through the operator's admin port (kct.kafka), as a ClientMetricsSubscription would."""
     from kct.kafka.kafka_python import KafkaPythonClientMetricsAdmin
 
@@ -238,7 +250,7 @@ def run_release(release: KafkaRelease, root: Path, java_classes: Path | None) ->
     run_id = uuid.uuid4().hex[:6]
     receiver_port = free_port()
     token_file = workdir / "token"
-    token_file.write_text(_TOKEN + "\n")
+    token_file.write_text(TOKEN + "\n")
     endpoint = f"http://127.0.0.1:{receiver_port}/v1/metrics"
     plugin_class = release.plugin_class
     with _broker(workdir, release, endpoint, plugin_class, token_file) as (bootstrap, log):
@@ -247,11 +259,11 @@ def run_release(release: KafkaRelease, root: Path, java_classes: Path | None) ->
         run.ready_s = time.monotonic() - started
         run.apis = set(kafka_broker.api_versions(*_host_port(bootstrap)))
         prefix = f"kct-matrix-{run_id}"
-        _subscribe(bootstrap, prefix, {"metrics": "*", "interval.ms": str(INTERVAL_MS),
-                                       "match": f"client_id={prefix}-.*"})
+        subscribe(bootstrap, prefix, {"metrics": "*", "interval.ms": str(INTERVAL_MS),
+                                      "match": f"client_id={prefix}-.*"})
         telemetry_topic = f"{prefix}-telemetry"
-        _create_topic(bootstrap, telemetry_topic)
-        with _receiver(workdir, bootstrap, telemetry_topic, receiver_port):
+        create_topic(bootstrap, telemetry_topic)
+        with receiver(workdir, bootstrap, telemetry_topic, receiver_port):
             _push_and_collect(run, release, bootstrap, prefix, telemetry_topic, java_classes, workdir)
         text = log.read_text(errors="replace")
         run.class_configured = f"metric.reporters = [{plugin_class}]" in text
@@ -265,7 +277,7 @@ def _host_port(bootstrap: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _create_topic(bootstrap: str, topic: str) -> None:
+def create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -30,6 +30,7 @@ class ServedSubscription:
     subscription_id: int
     push_interval_ms: int
     requested_metrics: tuple[str, ...]
+    delta_temporality: bool = False  # whether the broker asks for DELTA sums (KIP-714's DeltaTemporality)
 
 
 def _uvarint(value: int) -> bytes:
@@ -96,9 +97,9 @@ def decode_response(payload: bytes, correlation_id: int) -> ServedSubscription:
     reader.take(reader.uvarint() - 1)  # accepted compression types, one int8 each
     push_interval_ms = reader.unpack(">i")
     reader.unpack(">i")  # telemetry max bytes
-    reader.take(1)  # delta temporality
+    delta_temporality = reader.take(1) != b"\x00"
     metrics = tuple(reader.take(reader.uvarint() - 1).decode() for _ in range(reader.uvarint() - 1))
-    return ServedSubscription(error_code, subscription_id, push_interval_ms, metrics)
+    return ServedSubscription(error_code, subscription_id, push_interval_ms, metrics, delta_temporality)
 
 
 def get_telemetry_subscription(bootstrap: str, client_id: str, *, timeout: float = 10.0) -> ServedSubscription:

@@ -21,19 +21,21 @@ def test_the_request_is_header_v2_and_a_zero_instance_id() -> None:
     assert frame == struct.pack(">i", len(body)) + body
 
 
-def _response(correlation_id: int, metrics: list[str], interval_ms: int = 1000) -> bytes:
+def _response(correlation_id: int, metrics: list[str], interval_ms: int = 1000, delta: bool = True) -> bytes:
     compact = b"".join(bytes([len(m) + 1]) + m.encode() for m in metrics)
     return (struct.pack(">i", correlation_id) + b"\x00"  # header v1: no tagged fields
             + struct.pack(">ih", 0, 0) + bytes(range(16)) + struct.pack(">i", 42)
             + bytes([3, 0, 4])  # two accepted compression types
-            + struct.pack(">ii", interval_ms, 1048576) + b"\x01"
+            + struct.pack(">ii", interval_ms, 1048576) + (b"\x01" if delta else b"\x00")
             + bytes([len(metrics) + 1]) + compact + b"\x00")
 
 
-def test_the_response_yields_interval_and_metrics() -> None:
-    """Given a response serving two metric prefixes every second, When decoded, Then both are read."""
+def test_the_response_yields_interval_metrics_and_temporality() -> None:
+    """Given a response serving two metric prefixes every second as DELTA sums, When decoded, Then all are read."""
     served = decode_response(_response(1, ["org.apache.kafka.producer.", "org.apache.kafka.consumer."]), 1)
-    assert served == ServedSubscription(0, 42, 1000, ("org.apache.kafka.producer.", "org.apache.kafka.consumer."))
+    assert served == ServedSubscription(0, 42, 1000, ("org.apache.kafka.producer.", "org.apache.kafka.consumer."),
+                                        delta_temporality=True)
+    assert not decode_response(_response(1, ["a."], delta=False), 1).delta_temporality
 
 
 def test_a_response_serving_nothing_and_a_truncated_one() -> None:
