@@ -78,6 +78,9 @@ API_PUSH_TELEMETRY = 72
 _LOG4J2 = """\
 # Written by dev/stack/kafka_broker.py: everything to stdout, which the stack sends to logs/kafka.log.
 status = warn
+# log4j2's own shutdown hook would stop logging while the broker still shuts down (the plugin logs its
+# counts when the broker closes it, late in the shutdown): the JVM's exit ends logging instead.
+shutdownHook = disable
 appender.console.type = Console
 appender.console.name = STDOUT
 appender.console.layout.type = PatternLayout

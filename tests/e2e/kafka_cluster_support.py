@@ -9,6 +9,7 @@ of three partitions with three replicas on the same cluster (min.insync.replicas
 - `PushLog`: every record of the receiver's topic as a `Push` (client id, broker id, the receiver's produce
   time, the metric names in the OTLP payload), read by a thread as the topic fills.
 - `receiver_statuses`: the receiver's answers to pushes by HTTP status, from its /metrics.
+- `plugin_closes`: what the plugin of a stopped broker logged it forwarded and dropped.
 - `gaps_s`: the largest gap between a client's consecutive pushes; `duplicates`: a push stored twice.
 """
 
@@ -41,7 +42,7 @@ import kafka_cluster  # noqa: E402
 from kafka_versions import MATRIX  # noqa: E402
 
 __all__ = ["RELEASE", "ClusterUnderTest", "Push", "PushLog", "cluster_under_test", "duplicates", "gaps_s",
-           "receiver_statuses"]
+           "plugin_closes", "receiver_statuses"]
 
 RELEASE = MATRIX[-1]  # the newest release the plugin supports
 NODES = 3
@@ -139,6 +140,18 @@ def duplicates(pushes: Iterable[Push]) -> int:
         extra += key in seen
         seen.add(key)
     return extra
+
+
+_CLOSED = re.compile(r"kct telemetry forwarder closed: (.*) \(dev\.kct")
+
+
+def plugin_closes(log: Path) -> list[dict[str, int]]:
+    """The counts the plugin logged each time its broker closed it, oldest first (a broker's log is appended
+    to across restarts); none for a broker killed with SIGKILL."""
+    if not log.exists():
+        return []
+    return [{k: int(v) for k, v in re.findall(r"([\w-]+)=(\d+)", found[1])}
+            for found in _CLOSED.finditer(log.read_text(errors="replace"))]
 
 
 def receiver_statuses(port: int) -> dict[str, float]:
