@@ -46,8 +46,10 @@ __all__ = [
     "install_libs",
     "libs_dir",
     "metadata_broker_count",
+    "new_cluster_id",
     "plugin_counters",
     "plugin_jar",
+    "request",
     "start",
     "status",
     "up",
@@ -76,6 +78,9 @@ API_PUSH_TELEMETRY = 72
 _LOG4J2 = """\
 # Written by dev/stack/kafka_broker.py: everything to stdout, which the stack sends to logs/kafka.log.
 status = warn
+# log4j2's own shutdown hook would stop logging while the broker still shuts down (the plugin logs its
+# counts when the broker closes it, late in the shutdown): the JVM's exit ends logging instead.
+shutdownHook = disable
 appender.console.type = Console
 appender.console.name = STDOUT
 appender.console.layout.type = PatternLayout
@@ -200,7 +205,8 @@ def install(version: str = KAFKA_VERSION) -> None:
 
 # --- a minimal Kafka wire-protocol client: enough to see that the broker is up and what it advertises ---
 
-def _request(host: str, port: int, api_key: int, version: int, body: bytes, timeout: float = 3.0) -> bytes:
+def request(host: str, port: int, api_key: int, version: int, body: bytes, timeout: float = 3.0) -> bytes:
+    """One request (non-flexible header v1) on a connection of its own; the response body after its header."""
     client_id = b"kct-stack"
     header = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id
     frame = header + body
@@ -223,7 +229,7 @@ def _recv(sock: socket.socket, n: int) -> bytes:
 
 def api_versions(host: str = HOST, port: int = PORT) -> dict[int, tuple[int, int]]:
     """ApiVersions v0: {api_key: (min_version, max_version)} the broker advertises."""
-    body = _request(host, port, 18, 0, b"")
+    body = request(host, port, 18, 0, b"")
     error, count = struct.unpack_from(">hi", body, 0)
     if error != 0:
         raise ConnectionError(f"ApiVersions error code {error}")
@@ -239,7 +245,7 @@ def metadata_broker_count(host: str = HOST, port: int = PORT) -> int:
     lo, hi = api_versions(host, port).get(3, (0, -1))
     if not lo <= 4 <= hi:
         raise ConnectionError(f"broker does not serve Metadata v4 (serves v{lo}..v{hi})")
-    body = _request(host, port, 3, 4, struct.pack(">ib", 0, 0))  # no topics, no auto-creation
+    body = request(host, port, 3, 4, struct.pack(">ib", 0, 0))  # no topics, no auto-creation
     _throttle, brokers = struct.unpack_from(">ii", body, 0)
     return int(brokers)
 
@@ -256,16 +262,22 @@ def answers(host: str, port: int) -> bool:
 
 def _server_properties(data: Path, telemetry_endpoint: str, port: int, controller_port: int,
                        plugin: bool, token_file: Path | None, pod_listener: str | None = None, *,
-                       version: str = KAFKA_VERSION, plugin_class: str | None = None) -> str:
+                       version: str = KAFKA_VERSION, plugin_class: str | None = None, node_id: int = 1,
+                       voters: str | None = None, replication: int = 1) -> str:
+    """One combined broker+controller node. Alone by default; `voters` (`id@host:port,...`, see
+    kafka_cluster.quorum_voters) makes it node `node_id` of a static quorum, and `replication` the
+    replication factor of Kafka's internal topics (min.insync.replicas one less, at least 1)."""
     # A node stack's pods reach the broker on the node's address: a listener of its own, advertised as such,
     # so clients that bootstrap there are sent back there (and loopback clients to loopback).
     pods = f",PODS://{pod_listener}" if pod_listener else ""
+    min_isr = max(1, replication - 1)
+    what = "single-node KRaft" if voters is None else f"node {node_id} of a KRaft cluster"
     lines = [
-        "# Written by dev/stack/kafka_broker.py on every `up`: single-node KRaft for development and tests.",
+        f"# Written by dev/stack/kafka_broker.py on every `up`: {what} for development and tests.",
         f"# classpath: {_classpath(plugin, version)}  (a different plugin jar means a restart)",
         "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.voters=1@{HOST}:{controller_port}",
+        f"node.id={node_id}",
+        f"controller.quorum.voters={voters or f'{node_id}@{HOST}:{controller_port}'}",
         f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}{pods}",
         f"advertised.listeners=PLAINTEXT://{HOST}:{port}{pods}",
         "controller.listener.names=CONTROLLER",
@@ -275,15 +287,19 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
         "num.partitions=1",
         "auto.create.topics.enable=true",
         "group.initial.rebalance.delay.ms=0",
-        "offsets.topic.replication.factor=1",
+        f"offsets.topic.replication.factor={replication}",
         "offsets.topic.num.partitions=1",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
+        f"transaction.state.log.replication.factor={replication}",
+        f"transaction.state.log.min.isr={min_isr}",
         "transaction.state.log.num.partitions=1",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
+        f"share.coordinator.state.topic.replication.factor={replication}",
+        f"share.coordinator.state.topic.min.isr={min_isr}",
         "share.coordinator.state.topic.num.partitions=1",
     ]
+    if replication > 1:
+        # A cluster's own topics as production runs them: a write acknowledged by `acks=all` is on two
+        # replicas at least, so one broker stopping (a rolling restart) loses none of it.
+        lines += [f"default.replication.factor={replication}", f"min.insync.replicas={min_isr}"]
     if plugin:
         lines += [
             "# KIP-714: a registered client-telemetry plugin makes the broker advertise APIs 71/72.",
@@ -319,7 +335,7 @@ def _java(kdir: Path, plugin: bool, version: str = KAFKA_VERSION, heap: Sequence
             "-cp", _classpath(plugin, version)]
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     while True:  # Kafka's Uuid: 16 random bytes, base64url without padding; never starting with '-'
         value = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not value.startswith("-"):
@@ -365,10 +381,13 @@ def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, 
 def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
           name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
           pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
-          jvm: Sequence[str] = HEAP) -> Path:
+          jvm: Sequence[str] = HEAP, node_id: int = 1, voters: str | None = None, cluster_id: str | None = None,
+          replication: int = 1) -> Path:
     """Write the configuration, format the storage when new and start the broker, without waiting for it
     (`up` waits; a test of a broker that must refuse to start watches the process and its log itself).
-    The jars must be installed. Returns the broker's log, `<state>/logs/<name>.log`."""
+    The jars must be installed. Returns the broker's log, `<state>/logs/<name>.log`.
+    `node_id`, `voters`, `cluster_id` (shared by every node) and `replication`: a node of a cluster
+    (kafka_cluster.py); by default a cluster of its own."""
     if _proc.port_open(HOST, port):
         raise _proc.InstallError("kafka", version, f"port {HOST}:{port} is taken by a process this stack "
                                  "did not start (stop it, or `make stack-down`)")
@@ -377,13 +396,14 @@ def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = Non
     config = kdir / "server.properties"
     kdir.mkdir(parents=True, exist_ok=True)
     config.write_text(_server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file,
-                                         pod_listener, version=version, plugin_class=plugin_class))
+                                         pod_listener, version=version, plugin_class=plugin_class,
+                                         node_id=node_id, voters=voters, replication=replication))
     java = _java(kdir, plugin, version, jvm)
     if not (data / "meta.properties").exists():
         with _proc.step(f"format KRaft storage ({data})"):
             shutil.rmtree(data, ignore_errors=True)
-            _proc.run([*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
-                      tool="kafka", version=version)
+            _proc.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id or new_cluster_id(), "-c",
+                       str(config)], tool="kafka", version=version)
     _proc.start_daemon(state, name, [*java, "kafka.Kafka", str(config)])
     return state / "logs" / f"{name}.log"
 

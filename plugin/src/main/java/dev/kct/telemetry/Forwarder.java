@@ -300,6 +300,10 @@ public final class Forwarder implements AutoCloseable {
         for (int i = queue.drain().size(); i > 0; i--) {
             metrics.recordDropped(PushQueue.DropReason.SHUTDOWN);
         }
+        // The counters go with the broker's JVM: the log keeps what a stopping broker forwarded and dropped.
+        LOG.info("kct telemetry forwarder closed: forwarded={} dropped={} dropped-shutdown={} failed={}",
+            (long) metrics.value("forwarded-total"), (long) metrics.value("dropped-total"),
+            (long) metrics.value("dropped-shutdown-total"), (long) metrics.value("failed-total"));
         metrics.close();
     }
 
