@@ -94,15 +94,15 @@ def test_the_receiver_accepted_every_push(matrix: ClientMatrixRun) -> None:
     """Given every library's pushes,
     When the receiver's own metrics and the plugin's counters are read after the topic,
     Then every push the plugin forwarded was answered 200 and is a record in the topic, none was dropped or
-    given up; the only other answers are 429s, each one a push the plugin paced and sent again (a push the
-    plugin's queue delays more than the receiver's tolerance arrives early)."""
+    given up, and none was refused: the broker paced them, the receiver does not pace them again (a push the
+    plugin's queue delayed would look early and, refused, could be given up: a DELTA push lost)."""
     assert matrix.accepted_pushes == matrix.topic_records > 0
     assert matrix.topic_records == sum(len(c.headers) for c in matrix.clients.values())
-    assert set(matrix.other_statuses) <= {"429"}, matrix.other_statuses
+    assert not matrix.other_statuses, matrix.other_statuses
     assert matrix.plugin, "the plugin's counters could not be read over JMX"
     assert matrix.plugin["forwarded-total"] == matrix.topic_records, matrix.plugin
     assert matrix.plugin["dropped-total"] == 0 and matrix.plugin["failed-total"] == 0, matrix.plugin
-    assert matrix.plugin["rate-limited-total"] == matrix.other_statuses.get("429", 0.0), matrix.plugin
+    assert matrix.plugin["rate-limited-total"] == 0, matrix.plugin
 
 
 @pytest.mark.parametrize("library", CLIENTS, ids=lambda c: c.name)

@@ -5,9 +5,12 @@ RateLimited; we answer 429 with Retry-After = the time left). Exception: a push 
 accepted once even if early; a following push is limited as if the flag were not set. State per instance
 lives MAX(60 s, 3 x interval) after its last accepted push; there is no state across restarts or replicas.
 
-The broker already enforced this before calling the plugin; the receiver repeats it because any OTLP
-sender can reach it, with a small tolerance for the jitter the plugin's queue adds. The number of tracked
-instances is bounded; the least recently seen are evicted first.
+The broker already enforced this before calling the plugin, on the push's arrival at the broker: pushes a
+broker forwarded (they carry the plugin's `kct-broker-id` header) are not limited again here (the pipeline
+skips them), since the plugin's queue can delay one push and not the next, and a refused push the plugin
+gives up on is data lost (brokers ask clients for DELTA sums). This limiter paces every other sender that names
+its client instance (a header or its resource attribute), with a small tolerance for jitter. The number of
+tracked instances is bounded; the least recently seen are evicted first.
 
 A state is a plain tuple of numbers, replaced on each push, not an object updated in place: CPython's
 cyclic garbage collector stops tracking an exact tuple (not a subclass such as a NamedTuple) that holds

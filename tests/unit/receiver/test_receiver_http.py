@@ -197,6 +197,18 @@ async def test_push_interval_rate_limit_answers_429_with_retry_after(receiver: R
     assert len(receiver.sink.records) == 2
 
 
+async def test_pushes_a_broker_forwarded_are_not_paced_again(receiver: Receiver) -> None:
+    """Given pushes with the plugin's kct-broker-id (the broker enforced the interval when they arrived there),
+    when two of one instance reach the receiver back to back (the plugin's queue delayed the first), then
+    both are stored; the same two without a broker id are paced (the second is 429)."""
+    body = make_request().SerializeToString()
+    forwarded = {"kct-client-instance-id": "inst-b", "kct-push-interval-ms": "60000", "kct-broker-id": "2"}
+    assert [(await receiver.post(body, headers=forwarded)).status for _ in range(2)] == [200, 200]
+    direct = {"kct-client-instance-id": "inst-d", "kct-push-interval-ms": "60000"}
+    assert [(await receiver.post(body, headers=direct)).status for _ in range(2)] == [200, 429]
+    assert [r.key for r in receiver.sink.records] == [b"inst-b", b"inst-b", b"inst-d"]
+
+
 async def test_quota_throttle_answers_429_with_computed_retry_after(make_receiver: ReceiverFactory) -> None:
     """Given a push-rate quota of 1/s for client id "noisy" (10 x 1 s windows), when it pushes 12 times at
     once, then the first 9 pass (the rate is measured over at least 9 windows) and the rest get 429 with
