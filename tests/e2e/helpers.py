@@ -6,7 +6,7 @@
   (None when absent), `exists`, `condition`.
 - `OperatorProcess(env, log_path)`: `kct operator` as a subprocess with a liveness endpoint; `start`,
   `stop`, `restart`, `log_tail`, `wait_for_resync` (a resync of given resources, seen in kopf's log).
-- `free_port()`, `unique(prefix)`.
+- `free_port()`, `unique(prefix)`, `stop_process(process)` (SIGTERM, then SIGKILL after a grace period).
 - `wait_for_client_metrics(bootstrap, name, configs)`: until the broker serves a CLIENT_METRICS subscription.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import urllib.request
@@ -38,6 +39,19 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def stop_process(process: subprocess.Popen[Any], grace_s: float = 30.0) -> None:
+    """Stop a process the test started, as Kubernetes stops a pod: SIGTERM (it drains), SIGKILL after
+    `grace_s`. Nothing happens to a process that already exited."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def unique(prefix: str) -> str:

@@ -21,7 +21,6 @@ import itertools
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import free_port
+from helpers import free_port, stop_process
 from waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -235,13 +234,7 @@ def _receiver(workdir: Path, bootstrap: str, topic: str, port: int) -> Iterator[
         eventually(ready, timeout=60, interval=0.2, what="the receiver ready")
         yield process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_process(process)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import free_port, wait_for_client_metrics
+from helpers import free_port, stop_process, wait_for_client_metrics
 from waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -180,13 +179,7 @@ def receiver(workdir: Path, bootstrap: str, topic: str, port: int) -> Iterator[s
             raise AssertionError(f"receiver not ready:\n{log.read_text()[-3000:]}")
         yield process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_process(process)
 
 
 def _status(url: str) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import socket
 import subprocess
 import time
@@ -25,7 +24,7 @@ from urllib.parse import urlparse
 
 import pytest
 from aggregation_support import KCT, create_topic, delete_topics, read_table, run_aggregation, write_config
-from helpers import eventually, unique, wait_for_client_metrics
+from helpers import eventually, stop_process, unique, wait_for_client_metrics
 from preconditions import missing_precondition
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
@@ -74,12 +73,7 @@ def _receiver(stack: Any, topic: str, port: int, tmp_path: Path) -> Iterator[Pat
         eventually(ready, timeout=60, what="the receiver listening")
         yield log
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
 
 
 def _wait_for_terminating_push(bootstrap: str, topic: str, client_id: str, timeout: float = 60) -> None:

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 import pytest
 from aggregation_support import delete_topics
-from helpers import eventually, wait_for_client_metrics
+from helpers import eventually, stop_process, wait_for_client_metrics
 from preconditions import missing_precondition
 from waiting import eventually_async
 
@@ -144,12 +144,7 @@ def run_receiver(stack: Any, tmp_path: Path) -> Iterator[Any]:
 
     yield start
     for receiver in started:
-        if receiver.process.poll() is None:
-            receiver.process.send_signal(signal.SIGTERM)
-            try:
-                receiver.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                receiver.process.kill()
+        stop_process(receiver.process)
 
 
 def test_otel_sdk_exporter_data_arrives_in_the_topic(stack: Any, run_receiver: Any) -> None:
