@@ -32,9 +32,9 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     client_metrics by ClientWindows, per client instance on the JVM (every other output but terminations
     derives from them: kept too); terminations decode only the records that may hold one. `points` is the
     sum of client_metrics' `points`, counted while writing it (every point is in exactly one window's row),
-    so no job counts the decoded points. Each table
-    is written in files sized to client_metrics' rows (`outputs.files_for`; terminations and alerts in one).
-    The outputs only read the two caches, so they are written at the same time (`outputs.concurrently`)."""
+    so no job counts the decoded points. Each table is written in files sized to client_metrics' rows
+    (`outputs.files_for`; terminations and alerts in one). The outputs only read the two caches, so they are
+    written at the same time (`outputs.concurrently`). Fails first, naming the fix, without the decoder jar."""
     require_jvm_engine(spark)
     records = read_records(spark, cfg, streaming=False).persist()
     try:
@@ -70,8 +70,8 @@ def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: An
         "client_metrics": partial(write_counted, metrics, cfg, "client_metrics", "overwrite", files,
                                   observed_sums=("points",)),
         "rollups": derived("rollups", lambda: rollups_of(metrics, rows), files),
-        "terminations": derived("terminations", lambda: terminations(jvm_points(records.where(may_terminate(spark)))),
-                                1),
+        "terminations": derived(
+            "terminations", lambda: terminations(jvm_points(records.where(may_terminate(spark)))), 1),
         "alerts": derived("alerts", lambda: alerts(metrics, cfg.rules), 1),
     }
     if cfg.kafka_output is not None:
