@@ -40,7 +40,8 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
 	MYPYPATH=operator $(VENV)/bin/mypy --strict dev/gen_crd_docs.py dev/gen_spark_manifests.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
-	MYPYPATH=dev/demo:dev/stack:operator $(VENV)/bin/mypy --strict dev/demo bench/*.py
+	MYPYPATH=dev/demo:dev/stack:operator:tests $(VENV)/bin/mypy --strict dev/demo bench/*.py
+	MYPYPATH=operator:tests $(VENV)/bin/mypy --strict tests/aggregation_oracle
 	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 

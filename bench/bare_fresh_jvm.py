@@ -34,7 +34,7 @@ def main() -> int:
     from kct.aggregation.session import build_session
 
     # The job's session (decoder jar, cache serializer, the benchmark's conf): the same JVM as the job's.
-    session_args = argparse.Namespace(bootstrap="unused:9092", decoder="auto", master=args.master,
+    session_args = argparse.Namespace(bootstrap="unused:9092", master=args.master,
                                       shuffle_partitions=args.shuffle_partitions)
     spark = build_session(bench.job_config(session_args, "unused", args.work / "fresh", {}))
     spark.sparkContext.setLogLevel("ERROR")

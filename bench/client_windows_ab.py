@@ -1,4 +1,5 @@
-"""The per-client JVM aggregation (kct.aggregation.client_windows) against the SQL path, in one SparkSession.
+"""The job's per-client JVM aggregation (kct.aggregation.client_windows) against the tests' Spark SQL oracle
+(tests/aggregation_oracle), in one SparkSession: what the job's choice of engine rests on.
 
     .venv/bin/python bench/client_windows_ab.py [--pushes 10000] [--clients 200] [--partitions 46] [--rounds 2]
         [--parts] [--run-batch] [--only sql|jvm]
@@ -7,12 +8,12 @@ No Kafka: the pushes (bench/spark_throughput.py's fleet, ~100 points each) are b
 to Parquet as the Kafka source's records (decode.RAW_SCHEMA_DDL) and read back cached, so both paths start
 from the same records in memory, as `run_batch` does after its read. Interleaved, `--rounds` times:
 
-  sql      records -> JVM decoder -> points -> transforms.aggregate_client_metrics (what run_batch computes)
-  jvm      records -> ClientWindows (grouped per client instance, one Java loop per client)
+  sql      records -> JVM decoder -> points -> the oracle's aggregate_client_metrics (Spark SQL)
+  jvm      records -> ClientWindows (grouped per client instance, one Java loop per client: the job's)
   (each to Spark's noop sink, and once more into Parquet: the client_metrics table alone)
 
-with --parts, the SQL path's decoding alone; with --run-batch, `run_batch` itself both ways
-(`source.aggregation` sql / jvm), end to end but for the Kafka read (stubbed: the cached records); then
+with --parts, the SQL path's decoding alone; with --run-batch, the job's `run_batch` itself, end to end but
+for the Kafka read (stubbed: the cached records); then
 `bare`: Spark alone, groupBy(window, series) min/max/avg/count over the same points pre-flattened in
 Parquet (bench/spark_throughput.py's), and the ratios. Each line: wall seconds, points/s, JVM CPU-seconds
 (/proc/<pid>/stat: on a machine shared with other work they move less with the load than the wall time).
@@ -29,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import spark_throughput as st
+
+# The oracle is the tests' (tests/aggregation_oracle), not the product's: it is imported from there.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 S = 1_000_000_000
 
@@ -56,27 +60,25 @@ def records(spark: Any, pushes: int, clients: int, partitions: int, work: Path) 
 
 
 def run_batches(spark: Any, args: argparse.Namespace, raw: Any, n_records: int, n_points: int, work: Path) -> None:
-    """`run_batch` end to end but for the Kafka read (stubbed: the cached records), `source.aggregation` sql
-    and jvm interleaved: client_metrics, roll-ups, terminations, alerts -> Parquet."""
+    """The job's `run_batch` end to end but for the Kafka read (stubbed: the cached records): client_metrics,
+    roll-ups, terminations, alerts -> Parquet."""
     from kct.aggregation import batch
     from kct.aggregation.config import parse_job_config
 
     # The topic read replaced by the records in memory, where run_batch looks it up; a copy: run_batch
     # unpersists what it reads.
     setattr(batch, "read_records", lambda *_a, **_k: raw.select("*"))  # noqa: B010
+    cfg = parse_job_config({
+        "source": {"bootstrapServers": "unused:9092"},
+        "rules": [{"name": "queue", "metric": "org.apache.kafka.producer.record.queue.time.max",
+                   "field": "max", "op": ">", "threshold": 5000, "forSeconds": 180}],
+        "parquet": {"path": str(work / "batch")},
+        "run": {"mode": "batch"},
+    })
     for r in range(args.rounds):
-        for aggregation in ("sql", "jvm"):
-            cfg = parse_job_config({
-                "source": {"bootstrapServers": "unused:9092", "decoder": "jvm", "aggregation": aggregation},
-                "rules": [{"name": "queue", "metric": "org.apache.kafka.producer.record.queue.time.max",
-                           "field": "max", "op": ">", "threshold": 5000, "forSeconds": 180}],
-                "parquet": {"path": str(work / f"batch-{aggregation}")},
-                "run": {"mode": "batch"},
-            })
-            took, counts = st.timed(lambda cfg=cfg: batch.run_batch(spark, cfg))
-            st.line(f"batch {aggregation} #{r + 1}", took, n_records, n_points,
-                    f"run_batch, Kafka read stubbed ({counts.get('client_metrics')} client_metrics rows)",
-                    st._LAST_CPU[0])
+        took, counts = st.timed(lambda: batch.run_batch(spark, cfg))
+        st.line(f"batch #{r + 1}", took, n_records, n_points,
+                f"run_batch, Kafka read stubbed ({counts.get('client_metrics')} client_metrics rows)", st._LAST_CPU[0])
 
 
 def main() -> int:
@@ -88,21 +90,22 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--only", choices=("sql", "jvm"), help="time one path only (quick iterations)")
     parser.add_argument("--run-batch", action="store_true",
-                        help="also time run_batch both ways, end to end but for the Kafka read (stubbed)")
+                        help="also time the job's run_batch, end to end but for the Kafka read (stubbed)")
     parser.add_argument("--parts", action="store_true",
                         help="also time the SQL path's decoding alone")
     args = parser.parse_args()
 
+    from aggregation_oracle.sql_engine import aggregate_client_metrics
+
     from kct.aggregation.client_windows import client_metrics_from_records
     from kct.aggregation.config import parse_job_config
+    from kct.aggregation.decode import jvm_points
     from kct.aggregation.session import build_session, register_jvm_decoder
-    from kct.aggregation.source import decode_records
-    from kct.aggregation.transforms import aggregate_client_metrics
 
     work = Path(tempfile.mkdtemp(prefix="kct-cw-ab-"))
     try:
         cfg = parse_job_config({
-            "source": {"bootstrapServers": "unused:9092", "decoder": "jvm"},
+            "source": {"bootstrapServers": "unused:9092"},
             "parquet": {"path": str(work / "out")},
             "run": {"mode": "batch"},
             "spark": {"master": args.master, "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "3g"}},
@@ -116,17 +119,16 @@ def main() -> int:
             return 2
         raw, n_records = records(spark, args.pushes, args.clients, args.partitions, work)
         size, lookback = cfg.window.size_seconds, cfg.window.counter_lookback_windows
-        points = decode_records(raw, cfg).persist()
+        points = jvm_points(raw).persist()
         n_points = int(points.count())
         print(f"{n_records} records, {n_points} points; Spark {spark.version}, {args.master}", flush=True)
 
         paths = {
-            "sql": lambda: aggregate_client_metrics(decode_records(raw, cfg), window_seconds=size,
-                                                    lookback_windows=lookback),
+            "sql": lambda: aggregate_client_metrics(jvm_points(raw), window_seconds=size, lookback_windows=lookback),
             "jvm": lambda: client_metrics_from_records(raw, window_seconds=size, lookback_windows=lookback),
         }
         if args.parts:
-            paths["decode"] = lambda: decode_records(raw, cfg)  # the SQL path's decoding alone
+            paths["decode"] = lambda: jvm_points(raw)  # the SQL path's decoding alone
         if args.only:
             paths = {k: v for k, v in paths.items() if k == args.only or k not in ("sql", "jvm")}
         best: dict[str, float] = {}
@@ -145,7 +147,7 @@ def main() -> int:
         rows = {name: spark.read.parquet(str(work / f"cm-{name}")).count() for name in ("sql", "jvm") if name in paths}
         print(f"  client_metrics rows: {rows}", flush=True)
         points.unpersist()
-        bare_runs, n_bare = st.bare_groupby(spark, decode_records(raw, cfg), work, size, 3)
+        bare_runs, n_bare = st.bare_groupby(spark, jvm_points(raw), work, size, 3)
         bare, bare_cpu = min(bare_runs, key=lambda run: run[0])  # the best run, as the variants' `best` below
         st.line("bare", bare, n_records, n_bare, "groupBy(window, series) over flat Parquet, best of 3", bare_cpu)
         for name, took in best.items():

@@ -1,7 +1,7 @@
 """Spark aggregation throughput: the job end to end next to a bare Spark groupBy, and the demo-sized run.
 
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092 .venv/bin/python bench/spark_throughput.py [--pushes 10000]
-        [--clients 200] [--partitions 46] [--decoder auto|jvm|python] [--no-stream] [--stages] [--jobs]
+        [--clients 200] [--partitions 46] [--no-stream] [--stages] [--jobs]
         [--source KEY=VALUE ...]
 
 Fills a fresh topic with realistic pushes (~100 data points each: the standard producer metrics plus 46
@@ -27,9 +27,11 @@ of a first 1M-point run here). A stream round's points are those of the windows 
 or more, a `steady` line gives the median points/s of the later half of the rounds (and its ratio to bare):
 where the JIT has compiled most of what it will (its CPU per round falls for ~15 rounds here).
 
-With --stages it also times the parts: `read` (the topic -> raw records), `decode` (cached records -> points),
-`aggregate` (cached points -> client_metrics, noop sink), `rollups` (cached client_metrics -> rollups, noop
-sink; Spark SQL's and the JVM's, each twice: the second warm) and `write` (cached client_metrics -> Parquet).
+With --stages it also times the job's parts: `read` (the topic -> raw records), `decode` (cached records ->
+points, what terminations and the bare groupBy read), `aggregate` (cached records -> client_metrics with
+ClientWindows, noop sink), `rollups` (cached client_metrics -> rollups on the JVM, noop sink, twice: the second
+warm) and `write` (cached client_metrics -> Parquet). bench/client_windows_ab.py times the tests' Spark SQL
+oracle next to the job's engine.
 With --jobs, after batch and stream: how many Spark jobs they ran, their tasks' CPU-seconds, and the JVM's
 CPU-seconds by thread kind (JIT compilers, GC, task threads, other): on this machine a run's JIT
 compilation alone costs a third of its CPU. Each line prints
@@ -204,7 +206,7 @@ def job_config(args: argparse.Namespace, topic: str, work: Path, extra_source: d
     from kct.aggregation.config import parse_job_config
 
     return parse_job_config({
-        "source": {"bootstrapServers": args.bootstrap, "topic": topic, "decoder": args.decoder, **extra_source},
+        "source": {"bootstrapServers": args.bootstrap, "topic": topic, **extra_source},
         "rules": [{"name": "queue", "metric": "org.apache.kafka.producer.record.queue.time.max", "field": "max",
                    "op": ">", "threshold": 5000, "forSeconds": 180}],
         "parquet": {"path": str(work / "out")},
@@ -341,37 +343,26 @@ def bare_in_fresh_jvm(args: argparse.Namespace, work: Path, demo_points: Any, wi
     return result
 
 
-def stages(spark: Any, cfg: Any, raw: Any, decoded: Any, work: Path, records: int, points: int) -> None:
-    """--stages: the job's parts timed one by one over the cached records and points."""
+def stages(spark: Any, cfg: Any, raw: Any, work: Path, records: int, points: int) -> None:
+    """--stages: the job's parts timed one by one over the cached records."""
     from pyspark.sql import functions as F
 
-    from kct.aggregation.session import register_jvm_decoder
-    from kct.aggregation.source import decode_records, read_records
-    from kct.aggregation.transforms import aggregate_client_metrics, rollups
+    from kct.aggregation.client_windows import client_metrics_from_records
+    from kct.aggregation.decode import jvm_points
+    from kct.aggregation.rollups_jvm import rollups_on_jvm
+    from kct.aggregation.source import read_records
 
     took, _ = timed(lambda: read_records(spark, cfg, streaming=False).count())
     line("read", took, records, points, cpu=_LAST_CPU[0])
-    took, _ = timed(lambda: decode_records(raw, cfg).where(F.col("value").isNotNull()).count())
+    took, _ = timed(lambda: jvm_points(raw).where(F.col("value").isNotNull()).count())
     line("decode", took, records, points, cpu=_LAST_CPU[0])
-    took, _ = timed(lambda: aggregate_client_metrics(decoded)
-                    .write.format("noop").mode("overwrite").save())
-    line("aggregate", took, records, points, "(Spark SQL over the decoded points)", _LAST_CPU[0])
-    if register_jvm_decoder(spark):
-        from kct.aggregation.client_windows import client_metrics_from_records
-
-        took, _ = timed(lambda: client_metrics_from_records(raw).write.format("noop").mode("overwrite").save())
-        line("aggregate", took, records, points, "(ClientWindows over the records)", _LAST_CPU[0])
-    metrics = aggregate_client_metrics(decoded).persist()
+    took, _ = timed(lambda: client_metrics_from_records(raw).write.format("noop").mode("overwrite").save())
+    line("aggregate", took, records, points, "(ClientWindows over the records)", _LAST_CPU[0])
+    metrics = client_metrics_from_records(raw).persist()
     metrics.count()
-    for run in ("first", "again"):  # the second of each: warm
-        took, _ = timed(lambda: rollups(metrics).write.format("noop").mode("overwrite").save())
-        line("rollups", took, records, points, f"(Spark SQL, from cached client_metrics, {run})", _LAST_CPU[0])
-        if register_jvm_decoder(spark):
-            from kct.aggregation.rollups_jvm import rollups_on_jvm
-
-            took, _ = timed(lambda: rollups_on_jvm(metrics).write.format("noop").mode("overwrite").save())
-            line("rollups", took, records, points, f"(on the JVM, from cached client_metrics, {run})",
-                 _LAST_CPU[0])
+    for run in ("first", "again"):  # the second: warm
+        took, _ = timed(lambda: rollups_on_jvm(metrics).write.format("noop").mode("overwrite").save())
+        line("rollups", took, records, points, f"(on the JVM, from cached client_metrics, {run})", _LAST_CPU[0])
     took, _ = timed(lambda: metrics.write.mode("overwrite").parquet(str(work / "stage-cm")))
     line("write", took, records, points, "(cached client_metrics -> Parquet)", _LAST_CPU[0])
     metrics.unpersist()
@@ -405,8 +396,6 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=46, help="per-partition series per push (2 points each)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
-    parser.add_argument("--decoder", choices=("auto", "jvm", "python"), default="auto",
-                        help="source.decoder of the job (auto: the JVM decoder when its jar is built)")
     parser.add_argument("--source", action="append", default=[], metavar="KEY=VALUE",
                         help="extra key of the job's source config (repeatable)")
     parser.add_argument("--no-stream", action="store_true", help="skip the Structured Streaming run")
@@ -427,8 +416,9 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from kct.aggregation.batch import run_batch
-    from kct.aggregation.session import build_session
-    from kct.aggregation.source import decode_records, read_records
+    from kct.aggregation.decode import jvm_points
+    from kct.aggregation.session import build_session, require_jvm_engine
+    from kct.aggregation.source import read_records
     from kct.aggregation.stream_writer import run_stream
 
     t0 = time.perf_counter()
@@ -448,10 +438,11 @@ def main() -> int:
         spark.sparkContext.setLogLevel("ERROR")
         _JVM_CPU.append(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()))
         print(f"JVM and SparkSession started in {time.perf_counter() - t0:.1f}s", flush=True)
-        plan = decode_records(read_records(spark, cfg, streaming=False), cfg)._jdf.queryExecution().executedPlan()
+        require_jvm_engine(spark)
+        plan = jvm_points(read_records(spark, cfg, streaming=False))._jdf.queryExecution().executedPlan()
         text = plan.toString()
         source = "python (kct_kafka)" if "kct_kafka" in text or "PythonDataSource" in text else "spark-sql-kafka"
-        decoder = "python" if "MapInArrow" in text else "jvm"
+        decoder = "jvm" if "kct_otlp_points" in text else "unknown"
         print(f"spark {spark.version}, master {args.master}, kafka source: {source}, decoder: {decoder}", flush=True)
 
         took, counts = timed(lambda: run_batch(spark, demo_cfg))
@@ -487,7 +478,7 @@ def main() -> int:
 
         raw = read_records(spark, cfg, streaming=False).persist()
         raw.count()
-        decoded = decode_records(raw, cfg).persist()
+        decoded = jvm_points(raw).persist()
         decoded.count()
         bare_runs, bare_points = bare_groupby(spark, decoded, work, cfg.window.size_seconds, args.bare_runs)
         if len(bare_runs) > 1:
@@ -500,8 +491,8 @@ def main() -> int:
         figures["bare_points_s"] = round(bare_points / bare_took)
         figures["bare_cpu_s"] = bare_cpu and round(bare_cpu, 1)
         if not args.no_bare_fresh_jvm:
-            fresh = bare_in_fresh_jvm(args, work, decode_records(read_records(spark, demo_cfg, streaming=False),
-                                                                 demo_cfg), cfg.window.size_seconds)
+            fresh = bare_in_fresh_jvm(args, work, jvm_points(read_records(spark, demo_cfg, streaming=False)),
+                                      cfg.window.size_seconds)
             line("bare new", fresh["demo"][0], demo_records, fresh["demo_points"],
                  "(a JVM of its own: the demo-sized points first)", fresh["demo"][1])
             for k, (took, cpu) in enumerate(fresh["runs"]):
@@ -509,7 +500,7 @@ def main() -> int:
                      "(then the benchmark's points; the first compares with batch's first run)", cpu)
             figures["bare_first_points_s"] = round(fresh["points"] / fresh["runs"][0][0])
         if args.stages:
-            stages(spark, cfg, raw, decoded, work, records, points)
+            stages(spark, cfg, raw, work, records, points)
         raw.unpersist()
         decoded.unpersist()
 

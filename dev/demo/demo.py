@@ -606,12 +606,6 @@ class Demo:
                 changes.append(f"run.mode {config['run'].get('mode')} -> batch (read the topic to its end, every "
                                "window included: a streaming run keeps the last windows open for the watermark)")
                 config["run"]["mode"] = "batch"
-            from kct.aggregation.session import decoder_jar
-
-            if config["source"].get("decoder") == "jvm" and decoder_jar() is None:
-                changes.append("source.decoder jvm -> auto (the JVM OTLP decoder jar is not built here: "
-                               "`python dev/spark-deps/install.py`)")
-                config["source"]["decoder"] = "auto"
             if str(config["spark"].get("master", "")).startswith("local[*]"):
                 changes.append("spark.master local[*] -> local[2]")
                 config["spark"]["master"] = "local[2]"

@@ -12,10 +12,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from kct.aggregation.client_windows import client_metrics_from_records
 from kct.aggregation.config import AggregationConfig
-from kct.aggregation.engine import client_metrics, rollups, use_client_windows
+from kct.aggregation.decode import jvm_points
 from kct.aggregation.outputs import concurrently, files_for, send_to_kafka, write_counted
-from kct.aggregation.source import decode_records, read_records
+from kct.aggregation.rollups_jvm import rollups_of
+from kct.aggregation.session import require_jvm_engine
+from kct.aggregation.source import read_records
 from kct.aggregation.terminating import may_terminate
 from kct.aggregation.transforms import alerts, terminations
 
@@ -25,18 +28,20 @@ __all__ = ["run_batch"]
 def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     """Aggregate everything currently in the topic; overwrite the outputs; rows written per table.
 
-    The topic is read once (its records kept, they are small next to their points) and decoded once for
-    client_metrics, which every other output but terminations derives from (kept too); terminations decode
-    only the records that may hold one. `points` is the sum of client_metrics' `points`, counted while
-    writing it (every point is in exactly one window's row), so no job counts the decoded points. Each table
-    is written in files sized to client_metrics' rows (`outputs.files_for`; terminations and alerts in one).
-    The outputs only read the two caches, so they are written at the same time (`outputs.concurrently`)."""
+    The topic is read once (its records kept, they are small next to their points) and aggregated once into
+    client_metrics by ClientWindows, per client instance on the JVM (every other output but terminations
+    derives from them: kept too); terminations decode only the records that may hold one. `points` is the
+    sum of client_metrics' `points`, counted while writing it (every point is in exactly one window's row),
+    so no job counts the decoded points. Each table is written in files sized to client_metrics' rows
+    (`outputs.files_for`; terminations and alerts in one). The outputs only read the two caches, so they are
+    written at the same time (`outputs.concurrently`). Fails first, naming the fix, without the decoder jar."""
+    require_jvm_engine(spark)
     records = read_records(spark, cfg, streaming=False).persist()
     try:
-        client_windows = use_client_windows(spark, cfg)
-        metrics = client_metrics(cfg, records, client_windows).persist()
+        metrics = client_metrics_from_records(records, window_seconds=cfg.window.size_seconds,
+                                              lookback_windows=cfg.window.counter_lookback_windows).persist()
         rows = metrics.count()  # fills the cache the writes read
-        outputs = concurrently(_batch_outputs(spark, cfg, records, metrics, rows, client_windows), spark)
+        outputs = concurrently(_batch_outputs(spark, cfg, records, metrics, rows), spark)
         written = {table: counted for table, counted in outputs.items() if counted is not None}
         counts = {"points": written["client_metrics"]["points"]}
         counts.update({table: counted["rows"] for table, counted in written.items()})
@@ -46,8 +51,8 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
         records.unpersist()
 
 
-def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: Any, rows: int,
-                   client_windows: bool) -> dict[str, Callable[[], dict[str, int] | None]]:
+def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: Any,
+                   rows: int) -> dict[str, Callable[[], dict[str, int] | None]]:
     """`run_batch`'s writes by output, client_metrics first (Spark's FIFO scheduler serves the first job
     submitted first). Each derived table is also built in its write, so it overlaps the client_metrics write
     (roll-ups on the JVM in two merges run their first stage when built; in one task, in their write). Each
@@ -64,9 +69,9 @@ def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: An
     outputs: dict[str, Callable[[], dict[str, int] | None]] = {
         "client_metrics": partial(write_counted, metrics, cfg, "client_metrics", "overwrite", files,
                                   observed_sums=("points",)),
-        "rollups": derived("rollups", lambda: rollups(metrics, client_windows, rows), files),
+        "rollups": derived("rollups", lambda: rollups_of(metrics, rows), files),
         "terminations": derived(
-            "terminations", lambda: terminations(decode_records(records.where(may_terminate(spark)), cfg)), 1),
+            "terminations", lambda: terminations(jvm_points(records.where(may_terminate(spark)))), 1),
         "alerts": derived("alerts", lambda: alerts(metrics, cfg.rules), 1),
     }
     if cfg.kafka_output is not None:

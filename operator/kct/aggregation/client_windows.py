@@ -1,15 +1,15 @@
-"""client_metrics straight from the topic's records, on the JVM, without a row per data point.
+"""client_metrics straight from the topic's records, on the JVM, without a row per data point: the job's engine.
 
-`transforms.aggregate_client_metrics` works on decoded points: every push is exploded into point rows, which
-are sorted per series and aggregated per (window, series) in Spark SQL, so every point is a row shuffled
-and sorted with its labels. Here the records are grouped per client instance with Spark's own shuffle
-(repartitioned by instance id, sorted by it within partitions: the records move, ~100 points each), and one
-Java loop per client (`aggregation/jvm`, class `JVM_CLASS`) decodes its pushes into per-series column
-arrays and aggregates each series window by window, quantiles included: the same rows as the SQL path, bit
-for bit (tests/unit/aggregation/test_client_windows.py); rows go in and out as Spark's InternalRow.
+The records are grouped per client instance with Spark's own shuffle (repartitioned by instance id, sorted by
+it within partitions: the records move, ~100 points each, not a row per point with its labels), and one Java
+loop per client (`aggregation/jvm`, class `JVM_CLASS`) decodes its pushes into per-series column arrays
+and aggregates each series window by window, quantiles included; rows go in and out as Spark's InternalRow.
+How deltas, resets and first sightings count: docs/architecture.md. The tests hold it, bit for bit, to an
+oracle that decodes the pushes into point rows and aggregates them in Spark SQL (tests/aggregation_oracle,
+tests/unit/aggregation/test_client_windows.py).
 
 For a stream, `client_metrics_and_last_rows` also takes each cumulative series' last point from earlier
-micro-batches (the SQL path's `previous`), only the points of a time range (the windows a micro-batch
+micro-batches (the stream state's `last`), only the points of a time range (the windows a micro-batch
 finalizes), and returns each series' newest point for the next micro-batch; `with_push_times` gives each
 record its points' time range (a Java UDF, no point rows), which kct.aggregation.stream.advance_records
 keeps records and finalizes windows by.
@@ -56,15 +56,15 @@ def label_spec() -> str:
 
 
 def quantile_spec() -> str:
-    """The quantile columns as ClientWindows computes them: `name=q;...`, q written as the SQL path writes it
-    (`transforms._with_quantiles`, where it is a decimal literal)."""
+    """The quantile columns as ClientWindows computes them: `name=q;...`, q written as the Spark SQL of
+    `transforms.with_quantiles` writes it (a decimal literal), so both give the same doubles."""
     return ";".join(f"{name}={q}" for name, q in QUANTILES)
 
 
 def client_metrics_from_records(records: Any, *, window_seconds: int = 60, lookback_windows: int = 5) -> Any:
     """Records (decode.RAW_SCHEMA_DDL; key, value and headers are read) -> client_metrics rows
-    (transforms.CLIENT_METRICS_COLUMNS), every window the points touch, as `aggregate_client_metrics`
-    computes them from the decoded points. Needs the decoder jar on the session's classpath."""
+    (transforms.CLIENT_METRICS_COLUMNS), every window the points touch. Needs the decoder jar on the
+    session's classpath."""
     rows = _aggregate(records, None, False, window_seconds, lookback_windows)
     if tuple(rows.columns) != CLIENT_METRICS_COLUMNS:  # the jar and this checkout disagree
         raise RuntimeError(f"{JVM_CLASS} returned columns {rows.columns}, expected {CLIENT_METRICS_COLUMNS}")
@@ -75,10 +75,9 @@ def client_metrics_and_last_rows(records: Any, *, window_seconds: int = 60, look
                                  previous: Any | None = None, from_ns: int | None = None,
                                  until_ns: int | None = None) -> Any:
     """For a stream: the client_metrics rows (`_kind` 0) and each cumulative series' newest point (`_kind`
-    1) in one DataFrame, as `transforms.client_metrics_and_last(points, previous=previous)` computes them;
-    `previous` holds LAST_POINT_COLUMNS rows from earlier micro-batches; only the points with `from_ns <=
-    time_unix_nano < until_ns` are taken (None: no bound). Persist it, then split it with `metrics_of` and
-    `last_points_of` (each is a filter of it)."""
+    1) in one DataFrame; `previous` holds LAST_POINT_COLUMNS rows from earlier micro-batches; only the
+    points with `from_ns <= time_unix_nano < until_ns` are taken (None: no bound). Persist it, then split it
+    with `metrics_of` and `last_points_of` (each is a filter of it)."""
     return _aggregate(records, previous, True, window_seconds, lookback_windows,
                       _LONG_MIN if from_ns is None else from_ns, _LONG_MAX if until_ns is None else until_ns)
 

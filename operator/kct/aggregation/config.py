@@ -47,15 +47,6 @@ class SourceConfig(StrictModel):
 
     bootstrap_servers: str = Field(min_length=1)
     topic: str = Field(default="client-telemetry", min_length=1)
-    # Which OTLP decoder: our JVM function (the jar of aggregation/jvm, built by dev/spark-deps/install.py),
-    # the Python one (mapInArrow), or `auto`: the JVM one when its jar is built, Python otherwise.
-    decoder: Literal["auto", "jvm", "python"] = "auto"
-    # How client_metrics are computed (batch and stream): `sql` (decoded points, Spark SQL:
-    # kct.aggregation.transforms), `jvm` (records grouped per client instance, one Java loop each:
-    # kct.aggregation.client_windows; needs the decoder jar; the same rows, ~7x less CPU), or `auto`: jvm when
-    # the decoder jar is there and `decoder` is not `python`, sql otherwise. A stream's checkpoint state is
-    # engine-specific (points for sql, records for jvm): changing it needs a new checkpoint.
-    aggregation: Literal["auto", "sql", "jvm"] = "auto"
     # "earliest" / "latest" for a query without a checkpoint; afterwards the checkpoint decides.
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     # Upper bound on records read per micro-batch (Spark's maxOffsetsPerTrigger; bounds memory and batch latency).

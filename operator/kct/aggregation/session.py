@@ -27,6 +27,7 @@ __all__ = [
     "connector_jars",
     "decoder_jar",
     "register_jvm_decoder",
+    "require_jvm_engine",
     "submitted_by_spark_submit",
 ]
 
@@ -114,7 +115,7 @@ def build_session(cfg: AggregationConfig) -> Any:
         builder = builder.config(key, value)
     # Local paths only (never spark.jars.packages, which resolves over the network when the job starts).
     jars = connector_jars()
-    decoder = decoder_jar() if cfg.source.decoder != "python" else None
+    decoder = decoder_jar()
     if decoder is not None:
         jars.append(decoder)
     for key, value in cache_conf(decoder is not None).items():
@@ -149,3 +150,13 @@ def register_jvm_decoder(spark: Any, jar: Path | None = None) -> bool:
     except Exception:
         return False
     return register()
+
+
+def require_jvm_engine(spark: Any) -> None:
+    """Fail when a batch or stream run starts, naming the fix, unless the decoder jar is loaded: it holds
+    the job's whole engine (the OTLP decoder, ClientWindows, the roll-ups, RowCache), and there is no other."""
+    if not register_jvm_decoder(spark):
+        raise RuntimeError(
+            "the OTLP decoder jar (the job's engine: decoder, ClientWindows, roll-ups) is not available: build it "
+            "with `python dev/spark-deps/install.py --decoder-only` (or `make spark-jars`), name it in "
+            "KCT_OTLP_DECODER_JAR, or run the job image, which has it in /opt/spark/jars")

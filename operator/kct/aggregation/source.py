@@ -1,8 +1,7 @@
-"""The job's input: the topic's records from Spark's Kafka source, and their data points.
+"""The job's input: the topic's records from Spark's Kafka source.
 
-Reading (which consumer settings, which offsets, a clear error when the Kafka source is missing) and the
-choice of decoder (`source.decoder`: the JVM function, or Python over Arrow batches) live here, so every
-mode reads and decodes the same way; what a push decodes to is kct.aggregation.decode's.
+Reading (which consumer settings, which offsets, a clear error when the Kafka source is missing) lives here,
+so every mode reads the same way; what a push decodes to is kct.aggregation.decode's.
 """
 
 from __future__ import annotations
@@ -10,10 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from kct.aggregation.config import AggregationConfig
-from kct.aggregation.decode import POINT_SCHEMA_DDL, decode_arrow_batches, jvm_points
-from kct.aggregation.session import register_jvm_decoder
 
-__all__ = ["FETCH_MAX_WAIT_MS", "decode_records", "read_records", "require_kafka_source"]
+__all__ = ["FETCH_MAX_WAIT_MS", "read_records", "require_kafka_source"]
 
 # How long the source's consumers let the broker hold a fetch that finds no new data (Kafka's default: 500 ms).
 # Spark reads offset ranges it already knows, so a long hold only delays a task: reading 10,000 pushes (66 MB,
@@ -59,23 +56,3 @@ def read_records(spark: Any, cfg: AggregationConfig, *, streaming: bool) -> Any:
     for key, value in src.consumer_properties.items():
         reader = reader.option(f"kafka.{key}", value)
     return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp", "headers")
-
-
-def _use_jvm_decoder(spark: Any, cfg: AggregationConfig | None) -> bool:
-    if cfg is None or cfg.source.decoder == "python":
-        return False
-    if register_jvm_decoder(spark):
-        return True
-    if cfg.source.decoder == "jvm":
-        raise RuntimeError("source.decoder is jvm but the OTLP decoder jar is not available: "
-                           "build it with `python dev/spark-deps/install.py --decoder-only`")
-    return False
-
-
-def decode_records(records: Any, cfg: AggregationConfig | None = None) -> Any:
-    """Records -> data points (decode.POINT_SCHEMA_DDL). With `cfg`, `source.decoder` picks the decoder:
-    the JVM function (one call per push, exploded in Spark SQL) or Python (one call per Arrow batch of
-    pushes, `mapInArrow`); without, Python."""
-    if _use_jvm_decoder(records.sparkSession, cfg):
-        return jvm_points(records)
-    return records.mapInArrow(decode_arrow_batches, POINT_SCHEMA_DDL)

@@ -1,10 +1,13 @@
 """Event-time windows over micro-batches: which windows a micro-batch finalizes, and the state between them.
 
 The streaming job does not use Spark's stateful aggregation (it would need the whole per-series history of
-a window in its state store, or every point copied into later windows). Each micro-batch instead runs the
-batch transforms over the points of the windows it finalizes, and carries a small state to the next:
+a window in its state store, or every point copied into later windows). Each micro-batch instead aggregates
+the windows it finalizes with ClientWindows (kct.aggregation.client_windows, on the JVM), and carries a
+small state to the next:
 
-    pending   the points of windows not final yet (the newest `watermarkSeconds` + one window)
+    pending   the *records* with a point in a window not final yet (each record's point time range,
+              `_times`, is read in Java without point rows): a record is kept until its newest point's
+              window is final
     last      each cumulative series' newest point among the finalized windows (LAST_POINT_COLUMNS), so the
               next window's delta is taken against it: exact across windows, micro-batches and restarts
     max_time  the newest point time seen (event time); windows ending `watermarkSeconds` before it are final
@@ -14,19 +17,17 @@ batch transforms over the points of the windows it finalizes, and carries a smal
               without reading the table back (kct.aggregation.stream_writer keeps them; `alert_rows_for` says for
               which metrics and look-back, None where they are not kept)
 
-With ClientWindows (`advance_records`, kct.aggregation.client_windows) the micro-batches are records, not
-points, and `pending` holds the *records* with a point in a window not final yet (each record's point time
-range, `_times`, is read in Java without point rows): a record is kept until its newest point's window is
-final, and each micro-batch aggregates those of the kept and new records with a point in the windows it
-finalizes ([final_before before, final_before now)), over those points only, so a window is computed once,
-from all of its points, as the point path does; a record with no point there stays pending without being
-decoded. Late points (before the earlier final_before) are ignored and counted.
+Each micro-batch aggregates the kept and new records with a point in the windows it finalizes
+([final_before before, final_before now)), over those points only, so a window is computed once, from all
+of its points, as a batch run over the same records does; a record with no point there stays pending
+without being decoded. Late points (before the earlier final_before) are ignored and counted. The same
+stream over decoded points in Spark SQL is the tests' oracle (tests/aggregation_oracle/sql_stream.py).
 
-`advance` and `advance_records` are pure Spark (DataFrames in, DataFrames out); `StateStore` keeps one
-state per micro-batch id on the checkpoint's file system, written before Spark commits the batch and read
-back by the next one. A micro-batch replayed after a crash reads the state of the batch before it and
-gives the same result, so the state is idempotent by batch id; each output is marked written per batch
-id, so a replay does not append it twice.
+`advance_records` is pure Spark (DataFrames in, DataFrames out); `StateStore` keeps one state per
+micro-batch id on the checkpoint's file system, written before Spark commits the batch and read back by the
+next one. A micro-batch replayed after a crash reads the state of the batch before it and gives the same
+result, so the state is idempotent by batch id; each output is marked written per batch id, so a replay
+does not append it twice.
 """
 
 from __future__ import annotations
@@ -42,11 +43,14 @@ from pyspark.sql.types import StructType
 
 from kct.aggregation.client_windows import client_metrics_and_last_rows, last_points_of, metrics_of, points_before
 from kct.aggregation.time_bounds import time_bound
-from kct.aggregation.transforms import client_metrics_and_last, sorted_points_of
 
-__all__ = ["Advance", "AlertRowsFor", "StateStore", "StreamState", "advance", "advance_records"]
+__all__ = ["POINTS_STATE_ERROR", "Advance", "AlertRowsFor", "StateStore", "StreamState", "advance_records"]
 
 _NS = 1_000_000_000
+# A checkpoint of a version that could aggregate in Spark SQL over points may hold points pending: the job
+# keeps records, and cannot tell which records those points came from.
+POINTS_STATE_ERROR = ("the stream's state holds pending data points of the Spark SQL engine, which the job no "
+                      "longer runs (it keeps records): start the stream on a new checkpoint (run.checkpointPath)")
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,9 @@ class StreamState:
     last: DataFrame | None = None
     max_time_ns: int | None = None
     final_before_s: int | None = None
-    records: bool = False  # pending holds records (advance_records), not points (advance)
+    # pending holds records (advance_records). False: a state without pending records, or one of the Spark SQL
+    # stream over points, which the job no longer runs (StateStore.holds_pending_points finds those).
+    records: bool = False
     alert_rows: DataFrame | None = None
     alert_rows_for: AlertRowsFor | None = None
 
@@ -75,58 +81,15 @@ class AlertRowsFor:
 class Advance:
     """One micro-batch's result: the client_metrics rows of the windows it finalized (None: none), the
     points that arrived too late (their window was final already), and the state for the next batch.
-    `finalized` and `state.last` both derive from `sorted_points` (the finalized points sorted per series):
-    persist it before computing them to sort once."""
+    `finalized` and `state.last` both derive from `sorted_points` (ClientWindows' rows: client_metrics and
+    each series' newest point in one; the tests' Spark SQL oracle puts its points sorted per series there):
+    persist it before computing them to aggregate once."""
 
     finalized: DataFrame | None
     late_points: int
     state: StreamState
     sorted_points: DataFrame | None = None
     also: tuple[Any, ...] = ()  # advance_records' `also` aggregates, in order (empty: none asked)
-
-
-def advance(state: StreamState, points: DataFrame, *, window_seconds: int, watermark_seconds: int,
-            lookback_windows: int) -> Advance:
-    """Add a micro-batch of points (decode.POINT_SCHEMA_DDL) to `state`; aggregate the windows now final.
-
-    A window [s, s + size) is final once the newest point time is at least `watermark_seconds` past its end.
-    `points` is read more than once: persist it.
-    """
-    if state.records and state.pending is not None:
-        raise ValueError("the stream state holds records (source.aggregation jvm): keep jvm or start a new "
-                         "checkpoint")
-    size = int(window_seconds)
-    newest = points.agg(F.max("time_unix_nano")).first()
-    batch_max = None if newest is None else newest[0]
-    max_time = max((t for t in (state.max_time_ns, batch_max) if t is not None), default=None)
-    if max_time is None:
-        return Advance(None, 0, state)
-    final_before = (max_time // _NS - int(watermark_seconds)) // size * size
-    if state.final_before_s is not None:
-        final_before = max(final_before, state.final_before_s)
-    late = 0
-    on_time = points
-    if state.final_before_s is not None:
-        behind = F.col("time_unix_nano") < F.lit(state.final_before_s * _NS)
-        late = int(points.where(behind).count())
-        on_time = points.where(~behind)
-    everything = on_time if state.pending is None else state.pending.unionByName(on_time)
-    final = F.col("time_unix_nano") < F.lit(final_before * _NS)
-    final_points = everything.where(final)
-    # One sort of the finalized points per series gives both the windows' rows and each series' last point.
-    sorted_points = sorted_points_of(final_points, window_seconds=size, lookback_windows=lookback_windows,
-                                     previous=state.last)
-    metrics, last = client_metrics_and_last(final_points, window_seconds=size, lookback_windows=lookback_windows,
-                                            previous=state.last, sorted_points=sorted_points)
-    finalized = None
-    if state.final_before_s is None or final_before > state.final_before_s:
-        finalized = metrics
-    # A series' last point older than this can never be the previous point of a window still to come.
-    horizon_ns = (final_before - int(lookback_windows) * size) * _NS
-    last = last.where(F.col("time_unix_nano") >= F.lit(horizon_ns))
-    next_state = StreamState(pending=everything.where(~final), last=last, max_time_ns=max_time,
-                             final_before_s=final_before)
-    return Advance(finalized, late, next_state, sorted_points)
 
 
 def _final_before(state: StreamState, batch_max: int | None, *, window_seconds: int,
@@ -144,14 +107,15 @@ def _final_before(state: StreamState, batch_max: int | None, *, window_seconds: 
 
 def advance_records(state: StreamState, records: DataFrame, *, window_seconds: int, watermark_seconds: int,
                     lookback_windows: int, also: Sequence[Column] = ()) -> Advance:
-    """`advance` for records (decode.RAW_SCHEMA_DDL plus `_times`, client_windows.with_push_times): the same
-    windows, rows, late points and series' last points, computed per client instance by ClientWindows.
+    """Add a micro-batch of records (decode.RAW_SCHEMA_DDL plus `_times`, client_windows.with_push_times) to
+    `state`; aggregate the windows now final, per client instance by ClientWindows. A window [s, s + size) is
+    final once the newest point time is at least `watermark_seconds` past its end.
     `also`: aggregates over `records` the caller wants too, computed in the same job (`Advance.also`).
 
     `finalized` is a filter of `sorted_points` (here ClientWindows' rows, client_metrics and last points in
     one): persist that first. `records` is read more than once: persist it."""
     if state.pending is not None and not state.records:
-        raise ValueError("the stream state holds points (source.aggregation sql): keep sql or start a new checkpoint")
+        raise ValueError(POINTS_STATE_ERROR)
     spark = records.sparkSession
     # The newest point time, the late points (before the windows already final) and `also` in one job.
     cut = None if state.final_before_s is None else state.final_before_s * _NS
@@ -241,8 +205,8 @@ class StateStore:
         )
 
     def holds_pending_points(self) -> bool:
-        """Whether the newest saved state keeps pending points (the Spark SQL stream's), which the ClientWindows
-        stream cannot take over (it keeps records)."""
+        """Whether the newest saved state keeps pending points (of the Spark SQL stream earlier versions could
+        run), which the job cannot take over (it keeps records): POINTS_STATE_ERROR."""
         batches = self.saved_batches()
         if not batches:
             return False

@@ -1,8 +1,8 @@
 """Stream mode: one Structured Streaming query over the topic and the `foreachBatch` writer behind it.
 
-Each micro-batch (of decoded points, or with ClientWindows of records) goes to the writer, which finalizes
-the windows the watermark has passed (kct.aggregation.stream: the batch transforms plus a small state kept
-per batch id under the checkpoint), writes client_metrics, derives roll-ups and alerts from them
+Each micro-batch of records goes to the writer, which finalizes the windows the watermark has passed
+(kct.aggregation.stream: ClientWindows over the records of those windows plus a small state kept per batch
+id under the checkpoint), writes client_metrics, derives roll-ups and alerts from them
 (kct.aggregation.stream_alerts), forwards them to the optional Kafka topic, and writes the micro-batch's
 terminations (stateless, from the same cached micro-batch: a second query read the whole topic again for
 them). Checkpoints keep offsets and state.
@@ -24,30 +24,33 @@ from pyspark.sql import functions as F
 
 from kct.aggregation.client_windows import with_push_times
 from kct.aggregation.config import AggregationConfig
-from kct.aggregation.engine import rollups, use_client_windows
+from kct.aggregation.decode import jvm_points
 from kct.aggregation.outputs import append_once, concurrently, files_for, send_to_kafka
-from kct.aggregation.source import decode_records, read_records
-from kct.aggregation.stream import Advance, StateStore, StreamState, advance, advance_records
+from kct.aggregation.rollups_jvm import rollups_of
+from kct.aggregation.session import require_jvm_engine
+from kct.aggregation.source import read_records
+from kct.aggregation.stream import POINTS_STATE_ERROR, Advance, StateStore, StreamState, advance_records
 from kct.aggregation.stream_alerts import alerts_span, alerts_with_history, next_alert_rows
 from kct.aggregation.terminating import may_terminate
 from kct.aggregation.transforms import terminations
 
-__all__ = ["metrics_batch_writer", "run_stream", "state_store", "stream_uses_client_windows", "write_once"]
+__all__ = ["metrics_batch_writer", "run_stream", "state_store", "write_once"]
 
 log = logging.getLogger(__name__)
 
 
 def run_stream(spark: Any, cfg: AggregationConfig) -> list[Any]:
-    """Start the streaming query; with `untilDrained` it stops once it drained the topic."""
-    client_windows = stream_uses_client_windows(spark, cfg)
+    """Start the streaming query; with `untilDrained` it stops once it drained the topic. Fails first when the
+    decoder jar is missing, or when the checkpoint's state holds points of the Spark SQL engine earlier
+    versions could run (stream.POINTS_STATE_ERROR: the job keeps records)."""
+    require_jvm_engine(spark)
+    if state_store(spark, cfg).holds_pending_points():
+        raise RuntimeError(f"{POINTS_STATE_ERROR}; checkpoint {cfg.checkpoint_dir()}")
     records = read_records(spark, cfg, streaming=True)
-    points = records if client_windows else decode_records(records, cfg)
-    log.info("stream client_metrics %s",
-             "per client instance on the JVM (ClientWindows)" if client_windows else "with Spark SQL")
     writer = (
-        points.writeStream.queryName("kct_client_metrics").outputMode("append")
+        records.writeStream.queryName("kct_client_metrics").outputMode("append")
         .option("checkpointLocation", f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics")
-        .foreachBatch(metrics_batch_writer(spark, cfg, client_windows))
+        .foreachBatch(metrics_batch_writer(spark, cfg))
     )
     if cfg.run.until_drained:
         writer = writer.trigger(availableNow=True)
@@ -61,20 +64,8 @@ def state_store(spark: Any, cfg: AggregationConfig) -> StateStore:
     return StateStore(spark, f"{cfg.checkpoint_dir().rstrip('/')}/client_metrics_state")
 
 
-def stream_uses_client_windows(spark: Any, cfg: AggregationConfig) -> bool:
-    """`engine.use_client_windows`, except that `auto` resuming a checkpoint whose state holds pending points of
-    the Spark SQL stream (a job upgraded in place) stays on Spark SQL: ClientWindows keeps records, and refuses
-    such a state. `jvm` with a new checkpoint path switches."""
-    if not use_client_windows(spark, cfg):
-        return False
-    if cfg.source.aggregation == "auto" and state_store(spark, cfg).holds_pending_points():
-        log.info("the stream's state holds pending points of the Spark SQL engine: it stays on it")
-        return False
-    return True
-
-
 def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, rows: int,
-                     client_windows: bool = False, fired: Any = None) -> dict[str, Callable[[], None]]:
+                     fired: Any = None) -> dict[str, Callable[[], None]]:
     """What a micro-batch's finalized windows (`rows` client_metrics rows) are written to, by output name
     (client_metrics and rollups in files sized to the rows, alerts in one: they are a few rows; `fired`: the
     alerts of `metrics`, `stream_alerts.alerts_with_history`, None: none)."""
@@ -86,8 +77,7 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
 
     out = {
         "client_metrics": lambda: append_once(spark, cfg, "client_metrics", batch_id, metrics, files),
-        "rollups": lambda: append_once(spark, cfg, "rollups", batch_id, rollups(metrics, client_windows, rows),
-                                       files),
+        "rollups": lambda: append_once(spark, cfg, "rollups", batch_id, rollups_of(metrics, rows), files),
         "alerts": write_alerts,
     }
     if cfg.kafka_output is not None:
@@ -97,18 +87,16 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
 
 
 def _terminations_output(spark: Any, cfg: AggregationConfig, batch: Any, batch_id: int,
-                         records: bool, may_hold: bool = True) -> Callable[[], None]:
+                         may_hold: bool = True) -> Callable[[], None]:
     """A micro-batch's terminations, appended once per batch id like its other outputs. From the micro-batch
-    the metrics use (cached): decoded points, or with `records` the records that may hold one, decoded here
-    (as `batch.run_batch`). One query reads the topic, not a second one for terminations. `may_hold` False:
-    the micro-batch has no record that may hold one (`terminating.may_terminate`), so there is nothing to
-    look for."""
+    the metrics use (cached): the records that may hold one, decoded here (as `batch.run_batch`). One query
+    reads the topic, not a second one for terminations. `may_hold` False: the micro-batch has no record that
+    may hold one (`terminating.may_terminate`), so there is nothing to look for."""
 
     def append() -> None:
         if not may_hold:
             return
-        ending = decode_records(batch.where(may_terminate(spark)).drop("_times"), cfg) if records else batch
-        found = terminations(ending)
+        found = terminations(jvm_points(batch.where(may_terminate(spark)).drop("_times")))
         if not found.isEmpty():
             append_once(spark, cfg, "terminations", batch_id, found, files=1)
 
@@ -144,30 +132,28 @@ def write_once(spark: Any, store: Any, batch_id: int, outputs: dict[str, Callabl
     concurrently({**{name: chain(name) for name in firsts}, **(alongside or {})}, spark)
 
 
-def metrics_batch_writer(spark: Any, cfg: AggregationConfig,
-                         client_windows: bool = False) -> Callable[[Any, int], None]:
-    """foreachBatch function: a micro-batch of points (with `client_windows`: of records, aggregated by
-    ClientWindows) -> the windows it finalizes (kct.aggregation.stream): client_metrics, the rollups and
+def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, int], None]:
+    """foreachBatch function: a micro-batch of records (decode.RAW_SCHEMA_DDL) -> the windows it finalizes
+    (kct.aggregation.stream, ClientWindows): client_metrics, the rollups and
     alerts derived from them, the optional Kafka topic; and the micro-batch's terminations; each written once
     per batch id; and the stream state, saved with them, before Spark commits the batch."""
     store = state_store(spark, cfg)
     span = alerts_span(cfg)
 
-    def step_of(points: Any, previous: StreamState) -> Advance:
-        sizes = {"window_seconds": cfg.window.size_seconds, "watermark_seconds": cfg.window.watermark_seconds,
-                 "lookback_windows": cfg.window.counter_lookback_windows}
-        if not client_windows:
-            return advance(previous, points, **sizes)
+    def step_of(records: Any, previous: StreamState) -> Advance:
         # How many records may hold a termination, counted in advance_records' first job: none (the usual
         # case) spares the terminations their job.
-        return advance_records(previous, points, also=[F.count_if(may_terminate(spark))], **sizes)
+        return advance_records(previous, records, window_seconds=cfg.window.size_seconds,
+                               watermark_seconds=cfg.window.watermark_seconds,
+                               lookback_windows=cfg.window.counter_lookback_windows,
+                               also=[F.count_if(may_terminate(spark))])
 
     def write(batch: Any, batch_id: int) -> None:
-        points = (with_push_times(batch) if client_windows else batch).persist()
+        records = with_push_times(batch).persist()
         try:
             previous = store.load(batch_id)
-            step = step_of(points, previous)
-            # The finalized points sorted per series feed both client_metrics and the state's last points.
+            step = step_of(records, previous)
+            # ClientWindows' rows feed both client_metrics and the state's last points.
             if step.sorted_points is not None:
                 step.sorted_points.persist()
             if step.late_points:
@@ -181,13 +167,12 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig,
                     spark, metrics, cfg, tuple(counted[1:]) if span and counted is not None else None,
                     previous)
                 outputs = {} if metrics is None or not rows else _metrics_outputs(
-                    spark, cfg, metrics, batch_id, rows, client_windows, fired)
+                    spark, cfg, metrics, batch_id, rows, fired)
                 alert_rows, alert_rows_for = next_alert_rows(spark, cfg, history, previous,
                                                              step.state.final_before_s)
                 state = replace(step.state, alert_rows=alert_rows, alert_rows_for=alert_rows_for)
-                may_hold = not client_windows or bool(step.also and step.also[0])
-                outputs["terminations"] = _terminations_output(spark, cfg, points, batch_id, client_windows,
-                                                               may_hold)
+                may_hold = bool(step.also and step.also[0])
+                outputs["terminations"] = _terminations_output(spark, cfg, records, batch_id, may_hold)
                 # The state is saved while the outputs are written: it is kept per batch id and a replay of
                 # this batch loads the one before (StateStore.load), whether or not this attempt saved its own.
                 # One after the other, the save added ~0.5 s to a warm micro-batch of 1M points.
@@ -200,6 +185,6 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig,
             if step.sorted_points is not None:
                 step.sorted_points.unpersist()
         finally:
-            points.unpersist()
+            records.unpersist()
 
     return write

@@ -1,7 +1,7 @@
 """A micro-batch's time bounds as columns whose value the generated code does not hold.
 
-Both stream engines (kct.aggregation.stream's `advance`/`advance_records`, kct.aggregation.client_windows'
-`points_before`) and the stream's alerts (kct.aggregation.stream_alerts) compare times with bounds that
+The stream (kct.aggregation.stream's `advance_records`, kct.aggregation.client_windows' `points_before`) and
+the stream's alerts (kct.aggregation.stream_alerts) compare times with bounds that
 change every micro-batch; they take them from here, which depends on none of them.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import Column
-from pyspark.sql import functions as F
 from pyspark.sql.classic.column import Column as ClassicColumn
 
 __all__ = ["time_bound"]
@@ -24,10 +23,5 @@ def time_bound(spark: Any, value: int) -> Column:
     each micro-batch's new bounds made new classes to compile (~15 per micro-batch, tenths of a second); a
     DECIMAL literal (handed to the code as a reference object) does not help, the optimizer narrows it back
     into a BIGINT one (UnwrapCastInBinaryComparison). A UDF is not folded and the code only references it:
-    the code is the same every micro-batch and compiled once. Without the decoder jar (the Spark SQL stream
-    may run without it): the literal."""
-    try:
-        column = spark.sparkContext._jvm.dev.kct.otlp.Bound.column(int(value))
-    except TypeError:  # py4j's JavaPackage (no such class) is not callable
-        return F.lit(int(value))
-    return ClassicColumn(column)
+    the code is the same every micro-batch and compiled once."""
+    return ClassicColumn(spark.sparkContext._jvm.dev.kct.otlp.Bound.column(int(value)))

@@ -48,3 +48,33 @@ def points_df(spark: Any, rows: list[dict[str, Any]]) -> Any:
 def window(k: int) -> float:
     """Start of window k (60 s windows) in epoch seconds; compare with `row.window_start.timestamp()`."""
     return T0 / S + 60 * k
+
+
+def records_df(spark: Any, rows: list[dict[str, Any]]) -> Any:
+    """Kafka records (decode.RAW_SCHEMA_DDL) holding `point(...)` rows, one push per row, its broker labels in
+    the headers: what the job reads, for tests that give it hand-picked points (the job decodes them back
+    into these rows). Gauges and sums only; a row's `offset` is its record's."""
+    import datetime as dt
+
+    from kct.aggregation.decode import LABEL_COLUMNS, RAW_SCHEMA_DDL
+    from kct.aggregation.synthetic import build_request
+    from kct.otlp import labels as L
+
+    records = []
+    for row in rows:
+        if row["type"] not in ("gauge", "sum"):
+            raise ValueError(f"records_df: {row['type']} points are not supported")
+        metric = {"name": row["metric"], "type": row["type"], "unit": row["unit"], "points": [{
+            "time": row["time_unix_nano"], "start": row["start_time_unix_nano"], "value": row["value"],
+            "attributes": row["attributes"]}]}
+        if row["type"] == "sum":
+            metric.update(temporality=row["temporality"], monotonic=bool(row["monotonic"]))
+        value = build_request(row["resource_attributes"], [metric])
+        headers = [(L.CLIENT_INSTANCE_ID.name, row["client_instance_id"].encode())]
+        headers += [(name, row[name].encode()) for name in LABEL_COLUMNS if row[name] is not None]
+        headers += [(L.TERMINATING.name, b"true" if row["terminating"] else b"false"),
+                    (L.PUSH_INTERVAL_MS.name, str(row["push_interval_ms"]).encode())]
+        stamp = dt.datetime.fromtimestamp(row["time_unix_nano"] / S, tz=dt.UTC)
+        records.append((row["client_instance_id"].encode(), value, row["topic"], row["partition"], row["offset"],
+                        stamp, headers))
+    return spark.createDataFrame(records, RAW_SCHEMA_DDL)

@@ -23,6 +23,10 @@ def spark() -> Iterator[Any]:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # The oracle's Python decoder runs in Spark's Python workers (mapInArrow pickles it by reference): they
+    # import it from tests/ as pytest does, through PYTHONPATH (the JVM's, and the session's executorEnv).
+    tests = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("kct-aggregation-tests")
@@ -35,6 +39,7 @@ def spark() -> Iterator[Any]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.streaming.stateStore.maintenanceInterval", "600s")
+        .config("spark.executorEnv.PYTHONPATH", tests)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

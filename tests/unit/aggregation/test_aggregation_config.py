@@ -57,45 +57,30 @@ def test_invalid_configs_name_the_key(raw: dict[str, object], message: str) -> N
         parse_job_config(raw)
 
 
-@pytest.mark.parametrize(("aggregation", "decoder", "jar", "expected"), [
-    ("auto", "auto", True, True),
-    ("auto", "jvm", True, True),
-    ("auto", "auto", False, False),
-    ("auto", "python", True, False),
-    ("sql", "jvm", True, False),
-    ("jvm", "jvm", True, True),
-])
-def test_batch_aggregation_engine_follows_the_config_and_the_jar(
-        monkeypatch: pytest.MonkeyPatch, aggregation: str, decoder: str, jar: bool, expected: bool) -> None:
-    """Given `source.aggregation` and `source.decoder`, when batch mode picks how to compute client_metrics,
-    then ClientWindows is used for `jvm`, and for `auto` only when the decoder jar is there and the decoder
-    is not the Python one; the jar is not even looked up for `sql`."""
-    from kct.aggregation import engine
-    from kct.aggregation.config import AggregationConfig
-
-    looked_up: list[bool] = []
-
-    def register(_spark: object) -> bool:
-        looked_up.append(True)
-        return jar
-
-    monkeypatch.setattr(engine, "register_jvm_decoder", register)
-    cfg = AggregationConfig.model_validate({
-        "source": {"bootstrapServers": "k:9092", "decoder": decoder, "aggregation": aggregation},
-        "parquet": {"path": "/unused"}})
-    assert engine.use_client_windows(object(), cfg) is expected
-    assert looked_up == ([] if aggregation == "sql" or decoder == "python" else [True])
+@pytest.mark.parametrize("switch", [{"decoder": "python"}, {"aggregation": "sql"}, {"decoder": "auto"}])
+def test_the_removed_engine_switches_are_rejected_by_name(switch: dict[str, str]) -> None:
+    """Given a config written for a version with two engines (`source.decoder`, `source.aggregation`),
+    When parsed, Then the error names the key: the job has one engine, and does not read some other way."""
+    (key,) = switch
+    with pytest.raises(ConfigError, match=rf"source\.{key}"):
+        parse_job_config({"source": {"bootstrapServers": "b", **switch}, "parquet": {"path": "/x"}})
 
 
-def test_jvm_aggregation_without_the_jar_is_an_error_naming_the_build_command(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Given `source.aggregation: jvm` and no decoder jar, then batch mode refuses with the command that builds
-    it (no silent fallback to what the user did not ask for)."""
-    from kct.aggregation import engine
-    from kct.aggregation.config import AggregationConfig
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_without_the_decoder_jar_the_job_fails_at_start_naming_the_fix(
+        monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """Given no decoder jar (it holds the job's only engine), When a batch or a stream run starts,
+    Then it fails before reading the topic, with the command that builds the jar."""
+    from kct.aggregation import batch, session, stream_writer
 
-    monkeypatch.setattr(engine, "register_jvm_decoder", lambda _spark: False)
-    cfg = AggregationConfig.model_validate({
-        "source": {"bootstrapServers": "k:9092", "aggregation": "jvm"}, "parquet": {"path": "/unused"}})
-    with pytest.raises(RuntimeError, match=r"install\.py --decoder-only"):
-        engine.use_client_windows(object(), cfg)
+    def no_read(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the topic was read")
+
+    monkeypatch.setattr(session, "register_jvm_decoder", lambda _spark: False)
+    monkeypatch.setattr(batch, "read_records", no_read)
+    monkeypatch.setattr(stream_writer, "read_records", no_read)
+    cfg = parse_job_config({"source": {"bootstrapServers": "k:9092"}, "parquet": {"path": "/unused"},
+                            "run": {"mode": mode}})
+    run = batch.run_batch if mode == "batch" else stream_writer.run_stream
+    with pytest.raises(RuntimeError, match=r"decoder jar .*install\.py --decoder-only"):
+        run(object(), cfg)

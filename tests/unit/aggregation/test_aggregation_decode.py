@@ -1,15 +1,17 @@
-"""Decoding one OTLP push record into flat data points (no Spark needed)."""
+"""The oracle's Python decoder (aggregation_oracle.python_decoder): one OTLP push record into flat data points
+(no Spark needed). The JVM decoder the job runs is held to it row for row (test_jvm_decoder.py)."""
 
 from __future__ import annotations
 
-from kct.aggregation.decode import (
+from aggregation_oracle.python_decoder import (
     OTLP_MESSAGE,
-    POINT_COLUMNS,
     attributes_key,
     decode_push,
     header_labels,
     otlp_descriptor_set,
 )
+
+from kct.aggregation.decode import POINT_COLUMNS
 from kct.aggregation.synthetic import build_request
 
 S = 1_000_000_000

@@ -1,5 +1,6 @@
-"""The Spark pipeline (records -> mapInArrow decode -> Spark SQL aggregation) against an independent
-recomputation in plain Python straight from the protobuf messages (no pyspark, no kct decode code).
+"""The job's aggregation (records -> ClientWindows on the JVM) and the oracle's (records -> the Python decoder
+over Arrow batches -> Spark SQL, tests/aggregation_oracle) against an independent recomputation in plain
+Python straight from the protobuf messages (no pyspark, no kct decode code).
 
 Spec shared by both (docs/user-guide.md, "The aggregates"): windows [k*60, k*60+60) on the point time; a cumulative
 monotonic sum's window delta is the sum of increments between consecutive points of the series (the first
@@ -130,22 +131,35 @@ def quantile(q: float, counts: list[int]) -> float | None:
     return None
 
 
-def test_spark_pipeline_agrees_with_a_plain_python_recomputation(spark: Any) -> None:
+def _job_rows(raw: Any) -> list[Any]:
+    from kct.aggregation.client_windows import client_metrics_from_records
+
+    return list(client_metrics_from_records(raw, window_seconds=WINDOW, lookback_windows=LOOKBACK).collect())
+
+
+def _oracle_rows(raw: Any) -> list[Any]:
+    from aggregation_oracle.python_decoder import decode_points
+    from aggregation_oracle.sql_engine import aggregate_client_metrics
+
+    return list(aggregate_client_metrics(decode_points(raw), window_seconds=WINDOW,
+                                         lookback_windows=LOOKBACK).collect())
+
+
+@pytest.mark.parametrize("engine", ["job", "oracle"])
+def test_spark_pipeline_agrees_with_a_plain_python_recomputation(jvm_decoder: Any, engine: str) -> None:
     """Given 324 realistic pushes (3 producers, one restarting mid-way) as Kafka records,
-    When Spark decodes and aggregates them and plain Python recomputes from the protobuf messages,
+    When the job (ClientWindows) or the oracle (Python decoder, Spark SQL) aggregates them and plain Python
+    recomputes from the protobuf messages,
     Then every (instance, metric, attributes, window) row agrees within floating-point tolerance."""
     from kct.aggregation.decode import RAW_SCHEMA_DDL
-    from kct.aggregation.source import decode_records
-    from kct.aggregation.transforms import aggregate_client_metrics
 
+    spark = jvm_decoder
     records = make_records()
     now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     raw = spark.createDataFrame(
         [(r.key, r.value, "t", 0, i, now, r.headers) for i, r in enumerate(records)], RAW_SCHEMA_DDL
     )
-    rows = aggregate_client_metrics(
-        decode_records(raw), window_seconds=WINDOW, lookback_windows=LOOKBACK
-    ).collect()
+    rows = _job_rows(raw) if engine == "job" else _oracle_rows(raw)
     expected = recompute(records)
     got = {(r.client_instance_id, r.metric, r.attributes_key, int(r.window_start.timestamp())): r for r in rows}
     assert set(got) == set(expected)

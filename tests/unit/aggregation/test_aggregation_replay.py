@@ -1,6 +1,7 @@
 """The streaming job's foreachBatch functions (kct.aggregation.stream_writer) when Spark replays a micro-batch: after
 a driver crash, the batch Spark had not committed runs again with the same id and the same records; its
-outputs already appended must not be appended twice."""
+outputs already appended must not be appended twice. The micro-batches are records holding hand-picked points
+(aggregation_helpers.records_df), as the job reads them; the job's engine needs the decoder jar."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aggregation_helpers import point, points_df
+from aggregation_helpers import point, records_df
 
 from kct.aggregation import outputs
 from kct.aggregation.config import AggregationConfig, ParquetOutputConfig, RunConfig, SourceConfig, WindowConfig
@@ -33,14 +34,15 @@ def rows(spark: Any, cfg: AggregationConfig, table: str) -> list[Any]:
     return list(spark.read.parquet(f"{cfg.parquet.path}/{table}").collect())
 
 
-def test_a_replayed_metrics_batch_appends_its_windows_once(spark: Any, tmp_path: Path) -> None:
+def test_a_replayed_metrics_batch_appends_its_windows_once(jvm_decoder: Any, tmp_path: Path) -> None:
     """Given micro-batch 0 (windows 0 and 1) and micro-batch 1 (window 2, which finalizes window 1),
     When batch 1 runs twice (the replay after a crash before Spark committed it),
     Then client_metrics holds each finalized window once, and as many rows as an uninterrupted run."""
+    spark = jvm_decoder
     cfg = config(tmp_path)
     write = metrics_batch_writer(spark, cfg)
-    first = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)])
-    second = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
+    first = records_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)])
+    second = records_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
     write(first, 0)
     write(second, 1)
     once = sorted((r.window_start, r.metric) for r in rows(spark, cfg, "client_metrics"))
@@ -50,14 +52,15 @@ def test_a_replayed_metrics_batch_appends_its_windows_once(spark: Any, tmp_path:
     assert again == once
 
 
-def test_a_replayed_terminations_batch_appends_them_once(spark: Any, tmp_path: Path) -> None:
+def test_a_replayed_terminations_batch_appends_them_once(jvm_decoder: Any, tmp_path: Path) -> None:
     """Given a micro-batch with a terminating push, When it runs twice with the same batch id (a replay)
     and then the next batch runs, Then the terminations table holds one row per terminating push (written
     by the metrics query's foreachBatch, as its other outputs)."""
+    spark = jvm_decoder
     cfg = config(tmp_path)
     write = metrics_batch_writer(spark, cfg)
-    ending = points_df(spark, [point(QTIME, 70, 1.0, terminating=True, offset=2)])
-    later = points_df(spark, [point(QTIME, 80, 1.0, terminating=True, offset=5, client_instance_id="inst-2")])
+    ending = records_df(spark, [point(QTIME, 70, 1.0, terminating=True, offset=2)])
+    later = records_df(spark, [point(QTIME, 80, 1.0, terminating=True, offset=5, client_instance_id="inst-2")])
     write(ending, 0)
     write(ending, 0)
     assert [r.offset for r in rows(spark, cfg, "terminations")] == [2]
@@ -65,16 +68,17 @@ def test_a_replayed_terminations_batch_appends_them_once(spark: Any, tmp_path: P
     assert sorted(r.offset for r in rows(spark, cfg, "terminations")) == [2, 5]
 
 
-def test_a_crash_between_an_append_and_its_mark_does_not_append_twice(spark: Any, tmp_path: Path,
+def test_a_crash_between_an_append_and_its_mark_does_not_append_twice(jvm_decoder: Any, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Given micro-batch 1 whose client_metrics append completed but whose driver died before marking it,
     When Spark replays batch 1, Then client_metrics holds its window once."""
+    spark = jvm_decoder
     from kct.aggregation.stream import StateStore
 
     cfg = config(tmp_path)
     write = metrics_batch_writer(spark, cfg)
-    write(points_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)]), 0)
-    second = points_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
+    write(records_df(spark, [point(QTIME, t, 1.0 + t) for t in (10, 40, 70, 100)]), 0)
+    second = records_df(spark, [point(QTIME, t, 1.0 + t) for t in (130, 160)])
     mark = StateStore.mark_written
 
     def crash(store: StateStore, batch_id: int, output: str) -> None:
@@ -122,7 +126,7 @@ def test_a_staged_append_moves_each_file_once_across_attempts(spark: Any, tmp_pa
 
 @pytest.mark.parametrize("kept", [True, False], ids=["rows kept in the state", "state from before: the table"])
 def test_a_breach_run_across_midnight_is_seen_from_the_kept_rows_or_the_previous_date_and_not_older_ones(
-        spark: Any, tmp_path: Path, kept: bool) -> None:
+        jvm_decoder: Any, tmp_path: Path, kept: bool) -> None:
     """Given a rule (queue time max > 5000 for more than 120 s) breached from 23:57 on, micro-batch 0 holding
     the windows before midnight and micro-batch 1 those after it, and an old date partition of client_metrics
     that is not Parquet at all; and either batch 0's state as saved (it keeps the rule metric's rows of the
@@ -132,6 +136,7 @@ def test_a_breach_run_across_midnight_is_seen_from_the_kept_rows_or_the_previous
     Then batch 1's alerts date the run from 23:57: from the state's rows, the table not read at all; or from
     the previous date's partition of the table; and nothing failed on the old partition (only the dates the
     rule's look-back reaches are read). Batch 1's state keeps the rows its successor's look-back reaches."""
+    spark = jvm_decoder
     import datetime as dt
     import json
 
@@ -146,7 +151,7 @@ def test_a_breach_run_across_midnight_is_seen_from_the_kept_rows_or_the_previous
     (old / "part-00000-old.parquet").write_bytes(b"not parquet")
     # T0 is 2023-11-14 22:14:00 UTC: t = 6360 s is midnight.
     write = metrics_batch_writer(spark, cfg)
-    write(points_df(spark, [point(QTIME, t, 7000.0) for t in (6200, 6230, 6290, 6350)]), 0)
+    write(records_df(spark, [point(QTIME, t, 7000.0) for t in (6200, 6230, 6290, 6350)]), 0)
     state = Path(cfg.checkpoint_dir()) / "client_metrics_state"
     meta = json.loads((state / "0" / "meta.json").read_text())
     assert meta["alert_rows"] and meta["alertRowsFor"]["metrics"] == [QTIME]
@@ -157,7 +162,7 @@ def test_a_breach_run_across_midnight_is_seen_from_the_kept_rows_or_the_previous
         del meta["alert_rows"], meta["alertRowsFor"]
         (state / "0" / "meta.json").write_text(json.dumps(meta))
         (state / "0" / ".meta.json.crc").unlink()  # Hadoop's local file system checks a file against it
-    write(points_df(spark, [point(QTIME, t, 7000.0) for t in (6370, 6430, 6490)]), 1)
+    write(records_df(spark, [point(QTIME, t, 7000.0) for t in (6370, 6430, 6490)]), 1)
     after_meta = json.loads((state / "1" / "meta.json").read_text())
     assert after_meta["alertRowsFor"] == {"metrics": [QTIME], "sinceS": after_meta["finalBeforeS"] - 120 - 2 * 60}
     kept_rows = spark.read.parquet(str(state / "1" / "alert_rows"))
@@ -192,15 +197,16 @@ def test_kept_alert_rows_serve_only_the_rules_and_look_back_they_were_kept_for()
     assert not kept_alert_rows(cfg, None, 5000 * 1_000_000)
 
 
-def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(spark: Any, tmp_path: Path) -> None:
+def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(jvm_decoder: Any, tmp_path: Path) -> None:
     """Given two micro-batches of a few series over several windows (Spark's shuffles spread them over
     every shuffle partition), When they run, Then each wrote one client_metrics and one rollups file per date
     (not one per shuffle partition); and a write is spread over one file per ROWS_PER_FILE rows started."""
+    spark = jvm_decoder
     cfg = config(tmp_path)
     write = metrics_batch_writer(spark, cfg)
     series = [{"client_instance_id": f"inst-{i}", "client_id": f"producer-{i}"} for i in range(8)]
-    write(points_df(spark, [point(QTIME, t, 1.0 + t, **s) for t in (10, 40, 70, 100) for s in series]), 0)
-    write(points_df(spark, [point(QTIME, t, 1.0 + t, **s) for t in (130, 160, 190) for s in series]), 1)
+    write(records_df(spark, [point(QTIME, t, 1.0 + t, **s) for t in (10, 40, 70, 100) for s in series]), 0)
+    write(records_df(spark, [point(QTIME, t, 1.0 + t, **s) for t in (130, 160, 190) for s in series]), 1)
     for table in ("client_metrics", "rollups"):
         files = sorted((tmp_path / "out" / table).rglob("*.parquet"))
         assert [f.parent.name for f in files] == ["date=2023-11-14"] * 2, (table, files)
@@ -209,18 +215,19 @@ def test_a_micro_batch_writes_each_table_in_files_sized_to_its_rows(spark: Any, 
 
 
 def test_a_batch_whose_output_failed_after_its_state_was_saved_replays_to_the_uninterrupted_result(
-        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        jvm_decoder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Given a cumulative counter over three micro-batches (its deltas need the last point the state carries
     from one batch to the next), and micro-batch 1 whose rollups write fails while its state is saved
     alongside the outputs,
     When the driver replays batch 1 and goes on with batch 2,
     Then the failed attempt had saved batch 1's state, and client_metrics and rollups equal an uninterrupted
     run's, row for row: the replay started from batch 0's state, not from its own."""
+    spark = jvm_decoder
 
     sent = "org.apache.kafka.producer.record.send.total"
 
     def counter(times: tuple[int, ...]) -> Any:
-        return points_df(spark, [point(sent, t, 10.0 * t, type="sum", temporality="cumulative", monotonic=True,
+        return records_df(spark, [point(sent, t, 10.0 * t, type="sum", temporality="cumulative", monotonic=True,
                                        start_s=0) for t in times])
 
     batches = [(10, 40, 70, 100), (130, 160, 190), (220, 250, 280)]

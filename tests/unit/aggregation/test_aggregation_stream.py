@@ -1,5 +1,7 @@
-"""Windows over micro-batches (kct.aggregation.stream): what each micro-batch finalizes, the state it hands
-the next one, replays and restarts. The reference is the batch aggregation of the same points.
+"""Windows over micro-batches: what each micro-batch finalizes, the state it hands the next one (kept by the
+job's StateStore), replays and restarts, checked on the oracle's stream over points
+(tests/aggregation_oracle/sql_stream.py), which the job's stream over records is held to
+(test_client_windows_stream.py). The reference is the batch aggregation of the same points.
 
 Windows are 60 s; `t` is seconds after T0 (a minute boundary), so window k holds t in [60k, 60k+60).
 """
@@ -12,8 +14,9 @@ from typing import Any
 
 import pytest
 from aggregation_helpers import point, points_df, window
+from aggregation_oracle.sql_stream import advance
 
-from kct.aggregation.stream import StateStore, advance
+from kct.aggregation.stream import StateStore
 
 pytestmark = pytest.mark.spark
 
@@ -80,8 +83,9 @@ def test_an_empty_micro_batch_finalizes_nothing_and_keeps_the_state(spark: Any, 
 def synthetic_points(spark: Any) -> Any:
     """Realistic points: 3 producers pushing every 10 s for 12 minutes, one restarting (counters from zero,
     new start time) after 6 minutes; cumulative counters, gauges and a cumulative histogram."""
+    from aggregation_oracle.python_decoder import decode_points
+
     from kct.aggregation.decode import RAW_SCHEMA_DDL
-    from kct.aggregation.source import decode_records
     from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient
 
     t0 = 1_700_000_040 * S
@@ -97,7 +101,7 @@ def synthetic_points(spark: Any) -> Any:
     stamp = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     raw = spark.createDataFrame([(r.key, r.value, "t", 0, i, stamp, r.headers) for i, r in enumerate(records)],
                                 RAW_SCHEMA_DDL)
-    return decode_records(raw).persist()
+    return decode_points(raw).persist()
 
 
 def assert_same_rows(got: list[Any], want: list[Any]) -> None:
@@ -117,9 +121,8 @@ def test_micro_batches_give_the_batch_result_with_resets_and_late_points(spark: 
     When each micro-batch advances the stream,
     Then every window the stream finalized equals the batch aggregation of all points, row for row,
     including the windows whose deltas start from a point of an earlier micro-batch."""
+    from aggregation_oracle.sql_engine import aggregate_client_metrics
     from pyspark.sql import functions as F
-
-    from kct.aggregation.transforms import aggregate_client_metrics
 
     points = synthetic_points(spark)
     minute = F.floor(F.col("time_unix_nano") / F.lit(60 * S)) - F.lit(1_700_000_040 // 60)
@@ -181,30 +184,39 @@ def test_series_state_is_bounded_by_the_lookback(spark: Any, tmp_path: Path) -> 
     assert state.last is not None and state.last.count() == 0
 
 
-def test_auto_keeps_a_resumed_sql_stream_on_sql_and_jvm_is_still_refused_such_a_state(
+def test_a_checkpoint_holding_points_of_the_removed_sql_stream_is_refused_at_start(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Given a checkpoint whose newest state holds pending points of the Spark SQL stream (a job upgraded in
-    place), when the stream starts with `source.aggregation: auto` and the decoder jar, then it stays on Spark
-    SQL; with a fresh checkpoint it takes ClientWindows; a state of records (ClientWindows') does not hold it
-    back; and `advance_records` refuses a state of points with the way out."""
-    from kct.aggregation import engine
+    place from a version that could run it), when the stream starts, then it fails before reading the topic,
+    naming a new checkpoint as the fix; with a fresh checkpoint, or a state of records (the job's), it goes on
+    to read the topic; and `advance_records` refuses a state of points too."""
+    from kct.aggregation import session, stream_writer
     from kct.aggregation.config import AggregationConfig
     from kct.aggregation.stream import StreamState, advance_records
-    from kct.aggregation.stream_writer import state_store, stream_uses_client_windows
+    from kct.aggregation.stream_writer import run_stream, state_store
 
-    monkeypatch.setattr(engine, "register_jvm_decoder", lambda _spark: True)
+    class TopicRead(Exception):
+        pass
+
+    def read(*_args: object, **_kwargs: object) -> None:
+        raise TopicRead
+
+    monkeypatch.setattr(session, "register_jvm_decoder", lambda _spark: True)
+    monkeypatch.setattr(stream_writer, "read_records", read)
 
     def config(checkpoints: Path) -> AggregationConfig:
         return AggregationConfig.model_validate({
             "source": {"bootstrapServers": "k:9092"}, "parquet": {"path": str(tmp_path / "out")},
             "run": {"checkpointPath": str(checkpoints)}})
 
-    assert stream_uses_client_windows(spark, config(tmp_path / "fresh"))
+    with pytest.raises(TopicRead):
+        run_stream(spark, config(tmp_path / "fresh"))
     resumed = config(tmp_path / "sql")
     store = state_store(spark, resumed)
     micro_batch(spark, store, 0, points_df(spark, [counter(10, 5, start_s=-1), counter(70, 9, start_s=-1)]))
     assert store.holds_pending_points()
-    assert not stream_uses_client_windows(spark, resumed)
+    with pytest.raises(RuntimeError, match="new checkpoint"):
+        run_stream(spark, resumed)
     with pytest.raises(ValueError, match="new checkpoint"):
         advance_records(store.load(1), spark.range(0).toDF("x"), window_seconds=60, watermark_seconds=60,
                         lookback_windows=5)
@@ -212,7 +224,8 @@ def test_auto_keeps_a_resumed_sql_stream_on_sql_and_jvm_is_still_refused_such_a_
     state_store(spark, records).save(0, StreamState(pending=spark.range(1).toDF("x"), max_time_ns=0,
                                                     final_before_s=0, records=True))
     assert not state_store(spark, records).holds_pending_points()
-    assert stream_uses_client_windows(spark, records)
+    with pytest.raises(TopicRead):
+        run_stream(spark, records)
 
 
 def test_a_state_is_read_back_with_the_schema_it_was_saved_with_and_older_states_still_load(

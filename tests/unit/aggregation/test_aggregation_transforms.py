@@ -1,4 +1,6 @@
-"""The pure transforms on small DataFrames whose results are worked out by hand.
+"""The transforms on small DataFrames whose results are worked out by hand: the job's (hourly, alerts,
+terminations) and the oracle's Spark SQL client_metrics and roll-ups (tests/aggregation_oracle), which the job's
+JVM engine is held to (test_client_windows.py, test_rollups_jvm.py).
 
 Windows are 60 s; `t` is seconds after T0 (a minute boundary), so window k holds t in [60k, 60k+60).
 """
@@ -9,9 +11,10 @@ from typing import Any
 
 import pytest
 from aggregation_helpers import point, points_df, window
+from aggregation_oracle.sql_engine import aggregate_client_metrics, rollups
 
 from kct.aggregation.config import ThresholdRule
-from kct.aggregation.transforms import aggregate_client_metrics, alerts, hourly, rollups, terminations
+from kct.aggregation.transforms import alerts, hourly, terminations
 
 pytestmark = pytest.mark.spark
 

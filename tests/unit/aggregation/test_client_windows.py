@@ -1,8 +1,10 @@
-"""The per-client JVM aggregation (ClientWindows, kct.aggregation.client_windows) against the SQL path.
+"""The job's per-client JVM aggregation (ClientWindows, kct.aggregation.client_windows) against the oracle's
+Spark SQL path (tests/aggregation_oracle/sql_engine.py).
 
-Both run in the shared local SparkSession on the same records: the SQL path decodes them into point rows
-(`decode_records` with the JVM decoder) and aggregates them with `aggregate_client_metrics`; the JVM path
-groups the records per client instance and aggregates each client's pushes in one Java loop. Every
+Both run in the shared local SparkSession on the same records: the oracle's path decodes them into point
+rows (`decode.jvm_points`, itself held to the oracle's Python decoder by test_jvm_decoder.py) and aggregates
+them with `aggregate_client_metrics`; the job groups the records per client instance and aggregates each
+client's pushes in one Java loop. Every
 client_metrics row must be the same, column for column (doubles bit for bit, NaN included).
 """
 
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aggregation_oracle.sql_engine import aggregate_client_metrics, client_metrics_and_last, rollups
 from test_jvm_decoder import _exotic_push
 
 from kct.aggregation.client_windows import (
@@ -25,15 +28,9 @@ from kct.aggregation.client_windows import (
     metrics_of,
 )
 from kct.aggregation.config import AggregationConfig
-from kct.aggregation.decode import RAW_SCHEMA_DDL
-from kct.aggregation.source import decode_records
+from kct.aggregation.decode import RAW_SCHEMA_DDL, jvm_points
 from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient, build_request
-from kct.aggregation.transforms import (
-    CLIENT_METRICS_COLUMNS,
-    LAST_POINT_COLUMNS,
-    aggregate_client_metrics,
-    client_metrics_and_last,
-)
+from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS, LAST_POINT_COLUMNS
 from kct.otlp import labels as L
 
 pytestmark = pytest.mark.spark
@@ -144,13 +141,11 @@ def test_client_windows_rows_equal_the_sql_path(jvm: Any) -> None:
     per-partition series, cumulative histograms) and hand-made pushes (delta and non-monotonic sums, delta
     histograms, NaN and -0.0 gauges, exponential histograms, summaries, two resources, header variants,
     malformed and empty records, a duplicate record), in shuffled order,
-    When client_metrics is computed by the SQL path (decoded points) and by ClientWindows (records),
+    When client_metrics is computed by the oracle's SQL path (decoded points) and by ClientWindows (records),
     Then both have the same schema and the same rows, every column exact."""
     spark = jvm
     raw = spark.createDataFrame(_raw_records(), RAW_SCHEMA_DDL).repartition(2).persist()
-    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
-                                            "parquet": {"path": "/unused"}})
-    sql = aggregate_client_metrics(decode_records(raw, cfg), window_seconds=60, lookback_windows=LOOKBACK)
+    sql = aggregate_client_metrics(jvm_points(raw), window_seconds=60, lookback_windows=LOOKBACK)
     jvm_df = client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK)
     assert [(f.name, f.dataType) for f in jvm_df.schema] == [(f.name, f.dataType) for f in sql.schema]
     sql_rows, jvm_rows = _rows(sql), _rows(jvm_df)
@@ -173,9 +168,7 @@ def test_client_windows_window_size_and_lookback_are_honoured(jvm: Any) -> None:
     spark = jvm
     rows = [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())]
     raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).persist()
-    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
-                                            "parquet": {"path": "/unused"}})
-    sql = aggregate_client_metrics(decode_records(raw, cfg), window_seconds=120, lookback_windows=1)
+    sql = aggregate_client_metrics(jvm_points(raw), window_seconds=120, lookback_windows=1)
     jvm_df = client_metrics_from_records(raw, window_seconds=120, lookback_windows=1)
     sql_rows, jvm_rows = _rows(sql), _rows(jvm_df)
     raw.unpersist()
@@ -201,9 +194,7 @@ def test_each_window_carries_its_own_last_attributes_and_resource_in_their_order
             {"time": T0 + (60 * w + 5) * S, "value": float(w), "attributes": attributes}]}])
         rows.append(_record(w, value, b"one-client", [(L.CLIENT_INSTANCE_ID.name, b"one-client")]))
     raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).persist()
-    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
-                                            "parquet": {"path": "/unused"}})
-    sql = aggregate_client_metrics(decode_records(raw, cfg), window_seconds=60, lookback_windows=LOOKBACK)
+    sql = aggregate_client_metrics(jvm_points(raw), window_seconds=60, lookback_windows=LOOKBACK)
     jvm_df = client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK)
 
     def maps(df: Any) -> list[tuple[Any, ...]]:
@@ -225,12 +216,10 @@ def test_client_windows_dates_follow_the_session_time_zone_across_local_midnight
     spark = jvm
     rows = [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())]
     raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).persist()
-    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
-                                            "parquet": {"path": "/unused"}})
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "+01:45")
     try:
-        sql_rows = _rows(aggregate_client_metrics(decode_records(raw, cfg), window_seconds=60,
+        sql_rows = _rows(aggregate_client_metrics(jvm_points(raw), window_seconds=60,
                                                   lookback_windows=LOOKBACK))
         jvm_rows = _rows(client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK))
     finally:
@@ -312,7 +301,7 @@ def test_clients_past_a_chunk_are_all_there_each_chunk_in_the_tables_order(jvm: 
     """Given nine clients of 25 gauges over 90 windows each (2,250 rows a client, 20,250 in all: ClientWindows
     orders a partition's rows 16,384 at a time, at a client's end),
     When ClientWindows aggregates them,
-    Then its rows are the SQL path's, all of them, and the partition comes as two runs in the tables' order
+    Then its rows are the oracle's SQL path's, all of them, and the partition comes as two runs in the tables' order
     (the first eight clients', then the ninth's)."""
     spark = jvm
     rows: list[tuple[Any, ...]] = []
@@ -323,12 +312,10 @@ def test_clients_past_a_chunk_are_all_there_each_chunk_in_the_tables_order(jvm: 
                                        for m in range(25)])
             rows.append(_record(len(rows), value, f"c{c}".encode(), [(L.CLIENT_INSTANCE_ID.name, f"c{c}".encode())]))
     raw = spark.createDataFrame(rows, RAW_SCHEMA_DDL).persist()
-    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
-                                            "parquet": {"path": "/unused"}})
     jvm_df = client_metrics_from_records(raw, window_seconds=60, lookback_windows=LOOKBACK)
     parts = [p for p in _order_in_partitions(jvm_df) if p]
     jvm_rows = _rows(jvm_df)
-    sql_rows = _rows(aggregate_client_metrics(decode_records(raw, cfg), window_seconds=60, lookback_windows=LOOKBACK))
+    sql_rows = _rows(aggregate_client_metrics(jvm_points(raw), window_seconds=60, lookback_windows=LOOKBACK))
     raw.unpersist()
     assert len(jvm_rows) == 20_250
     assert jvm_rows == sql_rows
@@ -371,9 +358,7 @@ def test_client_windows_quantiles_equal_the_sql_path_on_random_bucket_layouts(jv
     to the bit."""
     spark = jvm
     raw = spark.createDataFrame(_random_histograms(7, 400), RAW_SCHEMA_DDL).persist()
-    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
-                                            "parquet": {"path": "/unused"}})
-    sql_rows = _rows(aggregate_client_metrics(decode_records(raw, cfg)))
+    sql_rows = _rows(aggregate_client_metrics(jvm_points(raw)))
     jvm_rows = _rows(client_metrics_from_records(raw))
     raw.unpersist()
     p95 = CLIENT_METRICS_COLUMNS.index("p95")
@@ -386,11 +371,9 @@ def test_client_windows_across_micro_batches_equals_the_sql_path(jvm: Any) -> No
     """Given the synthetic producers' records split in three micro-batches (at 4 min, and at 8 min 30 s:
     inside a window), the second one also holding pushes of the first again (late, older than the last points
     kept from it, in the same window), When each path aggregates them in turn, each micro-batch with the
-    series' last points of the one before (the SQL path's `previous`, ClientWindows' `_kind` 1 rows),
+    series' last points of the one before (the oracle's `previous`, ClientWindows' `_kind` 1 rows),
     Then every micro-batch's client_metrics rows and last points agree, column for column."""
     spark = jvm
-    cfg = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
-                                            "parquet": {"path": "/unused"}})
     records = [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())]
     cuts = [T0 + 240 * S, T0 + 510 * S]
 
@@ -406,7 +389,7 @@ def test_client_windows_across_micro_batches_equals_the_sql_path(jvm: Any) -> No
     resets = 0
     for k in range(3):
         raw = batch(k).persist()
-        sql_metrics, sql_last = client_metrics_and_last(decode_records(raw, cfg), previous=sql_previous)
+        sql_metrics, sql_last = client_metrics_and_last(jvm_points(raw), previous=sql_previous)
         sql_last = sql_last.persist()
         rows = client_metrics_and_last_rows(raw, previous=jvm_previous).persist()
         jvm_metrics, jvm_last = metrics_of(rows), last_points_of(rows)
@@ -429,35 +412,44 @@ def _push_time(value: bytes) -> int:
     return int(req.resource_metrics[0].scope_metrics[0].metrics[0].sum.data_points[0].time_unix_nano)
 
 
-def test_run_batch_with_jvm_aggregation_writes_the_same_tables(jvm: Any, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_batch_writes_the_tables_of_the_oracle(jvm: Any, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Given the synthetic producers' records (the topic read stubbed out),
-    When run_batch runs with `source.aggregation` sql and then jvm,
-    Then both write the same counts, the same client_metrics rows and the same rollups rows (doubles summed
-    over instances up to the order of the sum)."""
+    When run_batch runs (ClientWindows, roll-ups on the JVM) and the oracle computes client_metrics and roll-ups
+    from the same records in Spark SQL (written by the same writer),
+    Then both hold the same client_metrics rows and the same rollups rows (doubles summed over instances up to
+    the order of the sum), and run_batch's counts are the oracle's."""
+    from pyspark.sql import functions as F
+
     from kct.aggregation import batch
+    from kct.aggregation.outputs import write_table
 
     spark = jvm
     raw = spark.createDataFrame(
         [_record(i, r.value, r.key, list(r.headers)) for i, r in enumerate(_synthetic())], RAW_SCHEMA_DDL)
     monkeypatch.setattr(batch, "read_records", lambda *_a, **_k: raw)
+    configs = {name: AggregationConfig.model_validate({"source": {"bootstrapServers": "unused"},
+                                                       "parquet": {"path": str(tmp_path / name)}})
+               for name in ("job", "oracle")}
+    counts = batch.run_batch(spark, configs["job"])
+    oracle_metrics = aggregate_client_metrics(jvm_points(raw), window_seconds=60, lookback_windows=LOOKBACK).persist()
+    write_table(oracle_metrics, configs["oracle"], "client_metrics", "overwrite")
+    write_table(rollups(oracle_metrics), configs["oracle"], "rollups", "overwrite")
+    oracle_points = oracle_metrics.agg(F.sum("points")).first()[0]
+    oracle_metrics.unpersist()
     tables: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
-    counts = {}
-    for aggregation in ("sql", "jvm"):
-        cfg = AggregationConfig.model_validate({
-            "source": {"bootstrapServers": "unused", "decoder": "jvm", "aggregation": aggregation},
-            "parquet": {"path": str(tmp_path / aggregation)}})
-        counts[aggregation] = batch.run_batch(spark, cfg)
-        tables[aggregation] = {}
+    for name in ("job", "oracle"):
+        tables[name] = {}
         for table in ("client_metrics", "rollups"):
-            df = spark.read.parquet(str(tmp_path / aggregation / table))
-            tables[aggregation][table] = _rows(df, tuple(df.columns))
-    assert counts["jvm"] == counts["sql"]
-    assert counts["sql"]["client_metrics"] > 500
-    assert tables["jvm"]["client_metrics"] == tables["sql"]["client_metrics"]
+            df = spark.read.parquet(str(tmp_path / name / table))
+            tables[name][table] = _rows(df, tuple(df.columns))
+    assert counts["client_metrics"] == len(tables["oracle"]["client_metrics"]) > 500
+    assert counts["rollups"] == len(tables["oracle"]["rollups"])
+    assert counts["points"] == oracle_points
+    assert tables["job"]["client_metrics"] == tables["oracle"]["client_metrics"]
     # Roll-ups add doubles over instances in whatever order the rows arrive (partitioning differs between
     # the two): equal up to that order.
-    mine, theirs = tables["jvm"]["rollups"], tables["sql"]["rollups"]
+    mine, theirs = tables["job"]["rollups"], tables["oracle"]["rollups"]
     assert len(mine) == len(theirs) > 100
     for a, b in zip(mine, theirs, strict=True):
         assert len(a) == len(b)

@@ -1,5 +1,6 @@
-"""The stream over records with ClientWindows (kct.aggregation.stream.advance_records) against the stream
-over decoded points with Spark SQL (`advance`) and the batch aggregation: the same micro-batches of the same
+"""The job's stream over records with ClientWindows (kct.aggregation.stream.advance_records) against the
+oracle's stream over decoded points with Spark SQL (tests/aggregation_oracle/sql_stream.py) and the batch
+aggregation: the same micro-batches of the same
 records, the same finalized windows row for row (doubles bit for bit), the same late points, replays,
 restarts and bounded state.
 """
@@ -10,21 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aggregation_oracle.sql_engine import aggregate_client_metrics
+from aggregation_oracle.sql_stream import advance
 from test_client_windows import T0, S, _raw_records, _rows
 
 from kct.aggregation.client_windows import client_metrics_from_records, with_push_times
 from kct.aggregation.config import AggregationConfig
-from kct.aggregation.decode import RAW_SCHEMA_DDL
-from kct.aggregation.source import decode_records
-from kct.aggregation.stream import StateStore, advance, advance_records
+from kct.aggregation.decode import RAW_SCHEMA_DDL, jvm_points
+from kct.aggregation.stream import StateStore, advance_records
 from kct.aggregation.stream_writer import metrics_batch_writer
-from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS, aggregate_client_metrics
+from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS
 
 pytestmark = pytest.mark.spark
 
 KW = {"window_seconds": 60, "watermark_seconds": 120, "lookback_windows": 5}
-CFG = AggregationConfig.model_validate({"source": {"bootstrapServers": "unused", "decoder": "jvm"},
-                                        "parquet": {"path": "/unused"}})
 
 
 @pytest.fixture
@@ -74,7 +74,9 @@ def assert_close_rows(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -
 
 
 def run_sql(spark: Any, store: StateStore, batch_id: int, raw: Any) -> tuple[list[Any], int]:
-    points = decode_records(raw, CFG).persist()
+    """The oracle's stream over one micro-batch: the records decoded (the job's decoder, held to the oracle's
+    by test_jvm_decoder.py), the points advanced with Spark SQL."""
+    points = jvm_points(raw).persist()
     step = advance(store.load(batch_id), points, **KW)
     rows = [] if step.finalized is None else _rows(step.finalized)
     store.save(batch_id, step.state)
@@ -131,7 +133,7 @@ def test_jvm_stream_equals_the_sql_stream_and_the_batch_with_late_points_within_
     assert batch.count() > 300
     assert batch.agg(F.sum("resets")).first()[0] >= 3
     assert_close_rows(streamed, _rows(batch))
-    assert _rows(aggregate_client_metrics(decode_records(raw, CFG)).where(final)) == _rows(batch)
+    assert _rows(aggregate_client_metrics(jvm_points(raw)).where(final)) == _rows(batch)
 
 
 def test_jvm_stream_drops_and_counts_points_late_beyond_the_watermark_as_the_sql_stream(
@@ -243,31 +245,32 @@ def test_jvm_stream_state_drops_series_beyond_the_lookback(jvm: Any, tmp_path: P
 def test_a_replayed_jvm_metrics_batch_appends_its_windows_once(jvm: Any, tmp_path: Path) -> None:
     """Given the job's foreachBatch with ClientWindows and two micro-batches of records,
     When the second runs twice (a replay), Then client_metrics holds each finalized window once, the rows
-    the SQL stream writes for the same records."""
+    the oracle's stream finalizes from the same micro-batches."""
     from pyspark.sql import functions as F
 
     from kct.aggregation.config import ParquetOutputConfig, RunConfig, SourceConfig, WindowConfig
 
-    def config(path: Path) -> AggregationConfig:
-        return AggregationConfig(
-            source=SourceConfig(bootstrap_servers="unused:9092", decoder="jvm"),
-            parquet=ParquetOutputConfig(path=str(path / "out")), run=RunConfig(checkpoint_path=str(path / "cp")),
-            window=WindowConfig(size_seconds=60, watermark_seconds=120))
+    cfg = AggregationConfig(
+        source=SourceConfig(bootstrap_servers="unused:9092"),
+        parquet=ParquetOutputConfig(path=str(tmp_path / "out")), run=RunConfig(checkpoint_path=str(tmp_path / "cp")),
+        window=WindowConfig(size_seconds=60, watermark_seconds=120))
+
+    def table() -> list[Any]:
+        # `date` is the table's partition column: it reads back as a date.
+        written = jvm.read.parquet(f"{cfg.parquet.path}/client_metrics")
+        return _rows(written.withColumn("date", F.col("date").cast("string")), CLIENT_METRICS_COLUMNS)
 
     records, _ = staged(jvm, late_beyond=False)
     first, second = (records.where(F.col("_b") == b).drop("_b") for b in (1, 2))
-    jvm_cfg, sql_cfg = config(tmp_path / "jvm"), config(tmp_path / "sql")
-    write = metrics_batch_writer(jvm, jvm_cfg, client_windows=True)
+    write = metrics_batch_writer(jvm, cfg)
     write(first, 0)
     write(second, 1)
-    once = _rows(jvm.read.parquet(f"{jvm_cfg.parquet.path}/client_metrics"), CLIENT_METRICS_COLUMNS)
+    once = table()
     write(second, 1)
-    again = _rows(jvm.read.parquet(f"{jvm_cfg.parquet.path}/client_metrics"), CLIENT_METRICS_COLUMNS)
-    assert len(once) > 50 and again == once
-    write_sql = metrics_batch_writer(jvm, sql_cfg)
-    write_sql(decode_records(first, sql_cfg), 0)
-    write_sql(decode_records(second, sql_cfg), 1)
-    assert _rows(jvm.read.parquet(f"{sql_cfg.parquet.path}/client_metrics"), CLIENT_METRICS_COLUMNS) == once
+    assert len(once) > 50 and table() == once
+    oracle = StateStore(jvm, str(tmp_path / "oracle"))
+    finalized = [row for b, raw in enumerate((first, second)) for row in run_sql(jvm, oracle, b, raw)[0]]
+    assert sorted(finalized, key=repr) == once
 
 
 def test_the_jvm_streams_micro_batches_write_the_terminations_batch_mode_finds(jvm: Any, tmp_path: Path) -> None:
@@ -282,7 +285,7 @@ def test_the_jvm_streams_micro_batches_write_the_terminations_batch_mode_finds(j
     from kct.otlp import labels as L
 
     cfg = AggregationConfig(
-        source=SourceConfig(bootstrap_servers="unused:9092", decoder="jvm"),
+        source=SourceConfig(bootstrap_servers="unused:9092"),
         parquet=ParquetOutputConfig(path=str(tmp_path / "out")), run=RunConfig(checkpoint_path=str(tmp_path / "cp")),
         window=WindowConfig(size_seconds=60, watermark_seconds=120))
     records, batches = staged(jvm, late_beyond=False)
@@ -292,13 +295,13 @@ def test_the_jvm_streams_micro_batches_write_the_terminations_batch_mode_finds(j
         "headers", F.filter("headers", lambda h: ~F.lower(h.key).isin(flags)))
     assert records.where(flagged).count() == 1
     records = records.unionByName(unflagged).persist()
-    write = metrics_batch_writer(jvm, cfg, client_windows=True)
+    write = metrics_batch_writer(jvm, cfg)
     for b in range(batches):
         write(records.where(F.col("_b") == b).drop("_b"), b)
         if b == batches // 2:
             write(records.where(F.col("_b") == b).drop("_b"), b)
-    columns = tuple(terminations(decode_records(records.drop("_b"), cfg)).columns)
-    want = _rows(terminations(decode_records(records.drop("_b"), cfg)), columns)
+    columns = tuple(terminations(jvm_points(records.drop("_b"))).columns)
+    want = _rows(terminations(jvm_points(records.drop("_b"))), columns)
     table = jvm.read.parquet(f"{cfg.parquet.path}/terminations").withColumn("date", F.col("date").cast("string"))
     got = _rows(table.select(*columns), columns)  # the partition column reads back as a date
     assert len(want) == 2 and got == want

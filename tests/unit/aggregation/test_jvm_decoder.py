@@ -1,8 +1,9 @@
-"""The JVM OTLP decoder (operator/kct/aggregation/jvm) against the Python one: the same rows for every record.
+"""The job's OTLP decoder (operator/kct/aggregation/jvm, on the JVM) against the oracle's Python one: the same rows for
+every record.
 
-Both run in the shared local SparkSession on the same records: `decode_records` without a config (the
-Python decoder, mapInArrow) and `decode.jvm_points` (the Java function, exploded in Spark SQL). The jar is
-built by dev/spark-deps/install.py when missing (needs mvn); the tests are skipped only without mvn.
+Both run in the shared local SparkSession on the same records: the oracle's `decode_points` (Python,
+mapInArrow; tests/aggregation_oracle) and `decode.jvm_points` (the Java function, exploded in Spark SQL). The
+jar is built by dev/spark-deps/install.py when missing (needs mvn); the tests are skipped only without mvn.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kct.aggregation.decode import RAW_SCHEMA_DDL, decode_push, jvm_points
-from kct.aggregation.source import decode_records
+from aggregation_oracle.python_decoder import decode_points, decode_push
+
+from kct.aggregation.decode import RAW_SCHEMA_DDL, jvm_points
 from kct.aggregation.synthetic import LATENCY_BOUNDS, SyntheticClient, build_request
 from kct.otlp import labels as L
 
@@ -171,7 +173,7 @@ def test_jvm_decoder_rows_equal_python_decoder_rows(jvm_decoder: Any) -> None:
     Then both have the same schema and, record by record and in order, the same rows."""
     spark = jvm_decoder
     raw = spark.createDataFrame(_records(), RAW_SCHEMA_DDL).repartition(2).persist()
-    python_df = decode_records(raw)
+    python_df = decode_points(raw)
     jvm_df = jvm_points(raw)
     assert [(f.name, f.dataType) for f in jvm_df.schema] == [(f.name, f.dataType) for f in python_df.schema]
     python_rows, jvm_rows = _by_record(python_df), _by_record(jvm_df)
@@ -194,18 +196,13 @@ def test_malformed_and_empty_records_yield_no_rows(jvm_decoder: Any) -> None:
     assert len(rows) == 5
 
 
-def test_job_uses_jvm_decoder_when_configured(jvm_decoder: Any) -> None:
-    """Given a job config with `source.decoder: jvm` and one push,
-    When the job decodes the records,
+def test_the_job_decodes_on_the_jvm_without_python_workers(jvm_decoder: Any) -> None:
+    """Given one push,
+    When the job's decoder decodes the record,
     Then the plan calls the JVM function (no Python mapInArrow) and the points carry the labels."""
-    from kct.aggregation.config import parse_job_config
-
     spark = jvm_decoder
-    cfg = parse_job_config({"source": {"bootstrapServers": "unused:9092", "decoder": "jvm"},
-                        "parquet": {"path": "/tmp/unused"}})
     rec = SyntheticClient("job-client", started_ns=T0 - S, seed=3).push(T0)
-    df = decode_records(spark.createDataFrame([_record(0, rec.value, rec.key, list(rec.headers))], RAW_SCHEMA_DDL),
-                        cfg)
+    df = jvm_points(spark.createDataFrame([_record(0, rec.value, rec.key, list(rec.headers))], RAW_SCHEMA_DDL))
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "MapInArrow" not in plan and "kct_otlp_points" in plan
     rows = df.collect()

@@ -1,4 +1,5 @@
-"""The roll-ups on the JVM (kct.aggregation.rollups_jvm, dev.kct.otlp.Rollups) against `transforms.rollups`.
+"""The roll-ups on the JVM (kct.aggregation.rollups_jvm, dev.kct.otlp.Rollups) against the oracle's Spark SQL
+roll-ups (aggregation_oracle.sql_engine.rollups).
 
 Both run in the shared local SparkSession on the same client_metrics rows and must give the same rows, row
 for row (none missing, none extra), every column: integers, strings, maps, bounds, bucket counts and the
@@ -18,13 +19,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from aggregation_oracle.sql_engine import rollups
 from pyspark.sql import functions as F
 from test_client_windows import _raw_records
 
 from kct.aggregation.client_windows import client_metrics_from_records
 from kct.aggregation.decode import RAW_SCHEMA_DDL
-from kct.aggregation.rollups_jvm import dimension_spec, rollups_on_jvm
-from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS, ROLLUP_COLUMNS, rollups
+from kct.aggregation.rollups_jvm import ROLLUP_ROWS_PER_TASK, dimension_spec, rollups_of, rollups_on_jvm
+from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS, ROLLUP_COLUMNS
 
 pytestmark = pytest.mark.spark
 
@@ -192,7 +194,7 @@ def test_jvm_rollups_equal_the_sql_rollups_on_mixed_client_metrics(jvm: Any, one
     """Given client_metrics of every kind (counters, gauges with NaN/±inf/-0.0/null values, histograms over
     seven bucket layouts, some mismatched or with a null count, exponential histograms), instances without a
     principal or software version, '' next to null, three windows, spread over several partitions,
-    When the roll-ups are computed on the JVM and by transforms.rollups,
+    When the roll-ups are computed on the JVM and by the oracle (Spark SQL),
     Then they are the same rows."""
     metrics = _frame(jvm, _client_metrics(seed=1)).repartition(3)
     with _shuffled_over(jvm, 7):  # partials of one key from three partitions must meet in one of seven
@@ -230,7 +232,7 @@ def test_jvm_rollups_read_a_cached_frame_as_cached_and_equal_the_sql_rollups(jvm
     """Given the mixed client_metrics (resets an int column, as ClientWindows writes it) cached whole, and
     the same rows with their columns in another order and the counts as longs, cached too,
     When the roll-ups are computed on the JVM, which then reads the cached rows as they are (no projection of
-    the columns it needs), and by transforms.rollups,
+    the columns it needs), and by the oracle (Spark SQL),
     Then they are the same rows; a frame that is not a whole cache, or lacks a column, is read selected."""
     rows = _client_metrics(seed=3, instances=6, windows=2)
     metrics = _frame(jvm, rows).repartition(3).persist()
@@ -310,9 +312,6 @@ def test_jvm_rollups_in_one_task_merge_every_partition_once_without_a_shuffle(jv
     Then the same rows; the one task's come in one partition and nothing is shuffled for them, where two
     merges shuffle their partial rows; and the job merges in one task the roll-ups of up to
     ROLLUP_ROWS_PER_TASK client_metrics rows, of more in two merges."""
-    from kct.aggregation import engine
-    from kct.aggregation.engine import ROLLUP_ROWS_PER_TASK
-
     metrics = _frame(jvm, _client_metrics(seed=4, instances=6, windows=2))
     partitions, lineage = _lineage(metrics)
     assert partitions >= 2 and "ShuffledRowRDD" not in lineage
@@ -323,5 +322,5 @@ def test_jvm_rollups_in_one_task_merge_every_partition_once_without_a_shuffle(jv
     assert partitions == 1 and "ShuffledRowRDD" not in lineage
     assert "ShuffledRowRDD" in _lineage(two)[1]
 
-    assert _lineage(engine.rollups(metrics, True, ROLLUP_ROWS_PER_TASK))[0] == 1
-    assert "ShuffledRowRDD" in _lineage(engine.rollups(metrics, True, ROLLUP_ROWS_PER_TASK + 1))[1]
+    assert _lineage(rollups_of(metrics, ROLLUP_ROWS_PER_TASK))[0] == 1
+    assert "ShuffledRowRDD" in _lineage(rollups_of(metrics, ROLLUP_ROWS_PER_TASK + 1))[1]

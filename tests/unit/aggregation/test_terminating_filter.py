@@ -1,7 +1,8 @@
-"""The filter of records that may hold a termination (`terminating.may_terminate`): the decoder jar's Java filter
-(`dev.kct.otlp.Terminating`) keeps the same records as the Spark SQL filter it replaces, which stays the one
-used without the jar. Header names and flags in every case, the metric name anywhere in the push (at its
-start, at its end, cut short, after a near miss), nulls, and random pushes with names planted in them."""
+"""The filter of records that may hold a termination (`terminating.may_terminate`): the decoder jar's Java
+filter (`dev.kct.otlp.Terminating`) keeps the same records as the oracle's Spark SQL filter
+(tests/aggregation_oracle/sql_engine.py). Header names and flags in every case, the metric name anywhere in
+the push (at its start, at its end, cut short, after a near miss), nulls, and random pushes with names
+planted in them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import random
 from typing import Any
 
 import pytest
+from aggregation_oracle.sql_engine import may_terminate_sql
 
 from kct.aggregation.decode import RAW_SCHEMA_DDL
 from kct.aggregation.synthetic import build_request
-from kct.aggregation.terminating import may_terminate, may_terminate_sql
+from kct.aggregation.terminating import may_terminate
 from kct.otlp import labels as L
 
 pytestmark = pytest.mark.spark
@@ -98,9 +100,9 @@ def test_the_jvm_filter_keeps_the_records_the_sql_filter_keeps(jvm: Any) -> None
     assert any(r["jvm"] and not cases[r["offset"]][1] for r in rows)  # the name alone
 
 
-def test_with_the_jar_the_job_filters_on_the_jvm(jvm: Any) -> None:
-    """`may_terminate` takes the Java filter when the jar is there (its plan calls Terminating), not the SQL
-    one (whose plan has the `exists` lambda)."""
+def test_the_job_filters_on_the_jvm(jvm: Any) -> None:
+    """`may_terminate` is the Java filter (its plan calls Terminating), not the SQL one (whose plan has the
+    `exists` lambda)."""
     plan = _records(jvm).where(may_terminate(jvm))._jdf.queryExecution().analyzed().toString()
     assert "Terminating" in plan or "UDF" in plan
     assert "exists(" not in plan.lower() and "lambda" not in plan.lower()

@@ -29,7 +29,7 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * {@code transforms.rollups} without Spark SQL's Expand and ObjectHashAggregate: client_metrics rows to
+ * the oracle's {@code sql_engine.rollups} (tests/aggregation_oracle) without Spark SQL's Expand and ObjectHashAggregate: client_metrics rows to
  * per-window aggregates per dimension (client id, software, principal: the dimension spec comes from
  * {@code transforms.ROLLUP_DIMENSIONS}). Two steps around Spark's own shuffle: each input partition merges its
  * rows into partial aggregates per (window, dimension value, metric, unit, type, temporality, attributes_key,
@@ -80,7 +80,7 @@ public final class Rollups {
    * rows that one task merges in reasonable time and memory (the job's {@code ROLLUP_ROWS_PER_TASK}); else
    * two merges, spread over the session's shuffle partitions.
    *
-   * @param clientMetrics rows with (at least) the columns {@code transforms.rollups} reads
+   * @param clientMetrics rows with (at least) the columns the oracle's {@code sql_engine.rollups} (tests/aggregation_oracle) reads
    * @param dimensionSpec the dimensions, {@code name:column,column;...}, in output order
    * @param quantileSpec the quantile columns, {@code p50=0.5;...}
    * @param inOneTask merged once by one task, else in two merges
@@ -274,7 +274,7 @@ public final class Rollups {
     return DataTypes.createStructType(out);
   }
 
-  /** The output: {@code transforms.rollups}'s columns and types. */
+  /** The output: the oracle's {@code sql_engine.rollups} (tests/aggregation_oracle)'s columns and types. */
   static StructType schema(Spec spec) {
     List<StructField> out = new ArrayList<>();
     String[] strings = {"date", "dimension", "dimension_value", "metric", "unit", "type", "temporality"};
