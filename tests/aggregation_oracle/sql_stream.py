@@ -14,10 +14,10 @@ a point for a window already final is late, dropped and counted.
 
 from __future__ import annotations
 
-from aggregation_oracle.sql_engine import client_metrics_and_last, sorted_points_of
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from aggregation_oracle.sql_engine import client_metrics_and_last, sorted_points_of
 from kct.aggregation.stream import Advance, StreamState
 
 __all__ = ["advance"]
