@@ -155,8 +155,27 @@ def start_daemon(state: Path, name: str, argv: Sequence[str | os.PathLike[str]],
     return proc.pid
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of process group `pgid` still runs (zombies count as gone), from /proc."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
+
+
+# After SIGKILL, how long to wait for the group to be gone (the kernel tears the processes down; a loaded
+# machine can take a moment).
+_KILL_GRACE_S = 5.0
+
+
 def stop_daemon(state: Path, name: str, *, timeout: float = 20.0) -> bool:
-    """SIGTERM the daemon's process group, SIGKILL it after `timeout`; True when something was stopped."""
+    """SIGTERM the daemon's process group, SIGKILL it after `timeout`; True when something was stopped.
+
+    Returns once every process of the group is gone, not only the leader: the leader (a shell, say) can exit
+    on SIGTERM before its children have handled theirs, and a caller that restarts the daemon next must not
+    find them holding its ports or files."""
     pid = read_pid(state, name)
     _pidfile(state, name).unlink(missing_ok=True)
     if pid is None or not _alive(pid):
@@ -164,12 +183,14 @@ def stop_daemon(state: Path, name: str, *, timeout: float = 20.0) -> bool:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and (_alive(pid) or _group_alive(pid)):
         time.sleep(0.2)
-    if _alive(pid):
+    if _alive(pid) or _group_alive(pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        time.sleep(0.5)
+        deadline = time.monotonic() + _KILL_GRACE_S
+        while time.monotonic() < deadline and (_alive(pid) or _group_alive(pid)):
+            time.sleep(0.1)
     return True
 
 
