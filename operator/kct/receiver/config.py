@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS",
     "AuthConfig",
     "ConfigError",
+    "ConnectionsConfig",
     "KafkaSinkConfig",
     "LimitsConfig",
     "ListenConfig",
@@ -159,6 +160,40 @@ class LimitsConfig(StrictModel):
     )
     overload_retry_after_seconds: PositiveInt = Field(
         default=2, description="Retry-After (seconds) sent with 503 when overloaded or Kafka is down."
+    )
+
+
+class ConnectionsConfig(StrictModel):
+    """What one connection may hold, and for how long, so slow, idle or many senders cannot exhaust the
+    receiver's memory or descriptors. A request's head is checked (token, content type and encoding, declared
+    length) as soon as it is whole, before its body is read: a refused request is answered and the connection
+    closed without reading the body. Timeouts answer 408 (header, body) or close silently (idle); over
+    `maxOpen` a new connection is answered 503 with Retry-After and closed. Every such close is counted in
+    `kct_receiver_connections_closed_total{reason}`."""
+
+    max_open: PositiveInt = Field(
+        default=4096,
+        description="Open connections at most; above, a new connection is answered 503 (Retry-After: "
+        "limits.overloadRetryAfterSeconds) and closed. Keep below the process's open-file limit.",
+    )
+    header_timeout_ms: PositiveInt = Field(
+        default=10_000,
+        description="Time from a connection's opening, or a request's first byte, to the end of its head "
+        "(408 and close above).",
+    )
+    body_timeout_ms: PositiveInt = Field(
+        default=30_000,
+        description="Time from the end of a request's head to the last byte of its body (408 and close above): "
+        "bounds how long a sender trickling a body holds its buffer.",
+    )
+    idle_timeout_ms: PositiveInt = Field(
+        default=75_000,
+        description="Time a keep-alive connection may wait for its next request (closed silently above).",
+    )
+    max_buffered_bytes: PositiveInt = Field(
+        default=32 * 1024 * 1024,
+        description="Bytes of requests not yet whole, summed over all connections; the connection whose bytes "
+        "go over is answered 503 and closed. At least limits.maxCompressedBytes.",
     )
 
 
@@ -335,6 +370,8 @@ class ReceiverTuning(StrictModel):
 
     limits: LimitsConfig = LimitsConfig()
     """Request size and in-flight limits."""
+    connections: ConnectionsConfig = ConnectionsConfig()
+    """Connection cap, header/body/idle timeouts and buffered bytes (slow senders cannot exhaust the receiver)."""
     privacy: PrivacyConfig = PrivacyConfig()
     """Attribute keys dropped before storing (KIP-714 private metrics)."""
     validation: ValidationConfig = ValidationConfig()
@@ -371,6 +408,12 @@ class ReceiverConfig(ReceiverTuning):
             raise ValueError(
                 f"limits.maxInflightBytes: {lim.max_inflight_bytes} is below limits.maxDecompressedBytes "
                 f"({lim.max_decompressed_bytes}); no push could ever be admitted"
+            )
+        buffered = self.connections.max_buffered_bytes
+        if buffered < lim.max_compressed_bytes:
+            raise ValueError(
+                f"connections.maxBufferedBytes: {buffered} is below limits.maxCompressedBytes "
+                f"({lim.max_compressed_bytes}); a push of the largest allowed size could never be read"
             )
         return self
 

@@ -4,6 +4,7 @@
      └── PushRejected                 status, reason (metric label), message (for the sender)
           ├── BadRequest              400  malformed body, bad header, nothing valid in it
           ├── Unauthorized            401  missing/wrong bearer token
+          ├── RequestTimeout          408  a request's head or body did not arrive in time
           ├── PayloadTooLarge         413  compressed or decompressed size above the limits
           ├── UnsupportedMediaType    415  content type or content encoding we do not speak
           ├── TooManyRequests         429  push-interval rate limit or quota throttle (Retry-After)
@@ -19,6 +20,7 @@ __all__ = [
     "BadRequest",
     "PayloadTooLarge",
     "PushRejected",
+    "RequestTimeout",
     "TooManyRequests",
     "Unauthorized",
     "Unavailable",
@@ -42,6 +44,10 @@ class BadRequest(PushRejected):
 
 class Unauthorized(PushRejected):
     status = 401
+
+
+class RequestTimeout(PushRejected):
+    status = 408
 
 
 class PayloadTooLarge(PushRejected):

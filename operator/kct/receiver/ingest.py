@@ -20,6 +20,15 @@ so aiohttp's `POST /v1/metrics` route only ever serves pushes handed over, throu
 `logging.accessLog` on, the pushes answered here are logged in aiohttp's access-log format by
 `kct.receiver.accesslog`; aiohttp logs what it serves itself.
 
+What a connection may hold is bounded (`connections` in the config, `ConnectionBudget` here): a cap on
+open connections (over it, 503 and close at once), a header timeout from the connection's opening or a
+request's first byte, a body timeout from the end of the head, an idle timeout between keep-alive requests,
+and a cap on the bytes of unfinished requests over all connections. A request's head is screened
+(`PushHandler.screen_head`: token, content type, declared length) as soon as it is whole and its body is
+not: a refused request is answered, the sending side shut, and what the sender still writes discarded for a
+short linger (so the answer is read rather than lost to a reset), never buffered. Handed-over connections
+still count against the cap until they close; aiohttp's keep-alive timeout is the idle timeout.
+
 Requests on one connection are answered in order, one at a time (as aiohttp does): while a push waits for
 Kafka, what else the sender writes is buffered (reading pauses only past one maximal request, so the usual
 one-push-at-a-time sender costs no pause/resume system calls).
@@ -32,13 +41,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kct.receiver.accesslog import PushAccessLog
 from kct.receiver.config import ReceiverConfig
 from kct.receiver.errors import BadRequest
 
-__all__ = ["Answer", "LeanIngestProtocol", "PushHandler", "common_name", "encode_answer", "parse_head"]
+__all__ = ["Answer", "ConnectionBudget", "LeanIngestProtocol", "PushHandler", "common_name", "encode_answer",
+           "parse_head"]
 
 MAX_HEAD = 8192
 _PREFIX = b"POST /v1/metrics HTTP/1.1\r\n"
@@ -46,7 +56,11 @@ _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGH
 # header values: visible ASCII, space and tab (no obs-text, no controls)
 _VALUE_BAD = bytes(c for c in range(256) if not (c == 9 or 32 <= c <= 126))
 _REFUSED = frozenset({"transfer-encoding", "expect", "upgrade"})
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 413: "Payload Too Large",
+# After refusing a request before its body, what the sender still writes is read and dropped this long at
+# most: closing at once would reset the connection, and a reset can destroy the answer before it is read.
+LINGER_S = 2.0
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
+            413: "Payload Too Large",
             415: "Unsupported Media Type", 429: "Too Many Requests", 500: "Internal Server Error",
             503: "Service Unavailable"}
 
@@ -74,6 +88,26 @@ class PushHandler(Protocol):
                           read_body: Callable[[], Awaitable[bytes]], peer_principal: str | None) -> Answer:
         """One `POST /v1/metrics` (`headers` with lower-case names)."""
         ...
+
+    def screen_head(self, headers: Mapping[str, str], declared_length: int) -> Answer | None:
+        """The refusal of a request from its head alone (token, content type, declared length), counted as
+        `handle_push` counts it; None when the body is worth reading."""
+        ...
+
+    def connection_closed(self, reason: str) -> Answer:
+        """Count a connection the lean path closes to protect the receiver (`reason`: connection_limit,
+        buffer_limit, header_timeout, body_timeout, idle_timeout) and give the answer to send first."""
+        ...
+
+
+class ConnectionBudget:
+    """Open connections and bytes of unfinished requests, shared by every connection of one listener."""
+
+    __slots__ = ("buffered", "open")
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.buffered = 0
 
 
 class _Date:
@@ -136,30 +170,57 @@ def encode_answer(answer: Answer, keep_alive: bool) -> bytes:
 
 class LeanIngestProtocol(asyncio.Protocol):
     def __init__(self, server: PushHandler, aiohttp_factory: Callable[[], Any],
-                 connections: set[LeanIngestProtocol], access_log: PushAccessLog | None = None) -> None:
+                 connections: set[LeanIngestProtocol], budget: ConnectionBudget,
+                 access_log: PushAccessLog | None = None) -> None:
         self._server = server
         self._access_log = access_log
         self._aiohttp_factory = aiohttp_factory
         self._connections = connections
+        self._budget = budget
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
+        self._held = 0  # this connection's share of budget.buffered (the buffer's length when last counted)
+        self._counted = False  # counted in budget.open (until closed or handed over)
         self._busy = False  # a push of this connection is being handled
         self._closed = False
         self._eof = False
         self._paused = False
+        self._refused = False  # answered before its body: what arrives now is dropped until the close
         self._peer: str | None = None
+        self._head: tuple[dict[str, str], int, bool, int] | None = None  # the head of the request being read
+        self._screened = False  # that head went through `screen_head`
+        self._phase = ""  # what the timer bounds: header, body, idle, linger; "" while a push is handled
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- connection ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # a stream transport (TCP or TLS)
+        self._transport = stream = cast(asyncio.Transport, transport)  # a stream transport (TCP or TLS)
+        budget = self._budget
+        if budget.open >= self._server.config.connections.max_open:
+            # answered before the sender wrote anything, so closing at once resets nothing it sent
+            self._refused = True
+            stream.write(encode_answer(self._server.connection_closed("connection_limit"), False))
+            transport.close()
+            return
+        budget.open += 1
+        self._counted = True
         self._connections.add(self)
         self._peer = common_name(transport.get_extra_info("peercert"))
+        self._arm("header")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._connections.discard(self)
+        self._arm("")
+        if self._counted:
+            self._counted = False
+            self._budget.open -= 1
+        self._budget.buffered -= self._held
+        self._held = 0
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # answered already; lingering until the sender closes
         self._buffer += data
         if not self._busy:
             self._next()
@@ -168,20 +229,24 @@ class LeanIngestProtocol(asyncio.Protocol):
             assert self._transport is not None
             self._transport.pause_reading()
             self._paused = True
+        self._account()
 
     def eof_received(self) -> bool | None:
+        if self._refused:
+            return None  # the sender is done: close
         if self._busy:
             self._eof = True  # answer the push being handled, then close
             return True
         if not self._buffer:
             return None
-        head = self._complete_head()
+        head = self._head or self._complete_head()
         if head is None:
             self._hand_over()  # a partial head then EOF: aiohttp deals with it as it would have
             return None
         # a push whose body the sender cut short: refused as the aiohttp route refuses it (incomplete_body)
         headers, length, _, _ = head
         self._buffer = bytearray()
+        self._account()
         self._eof = True
         self._start(headers, length, None, keep_alive=False)
         return True
@@ -193,6 +258,60 @@ class LeanIngestProtocol(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None and not self._closed:
             self._transport.close()
+
+    # -- bounds ----------------------------------------------------------------------------------
+    def _account(self) -> None:
+        """Bring budget.buffered up to date with this connection's buffer; over the cap, refuse it."""
+        held = len(self._buffer)
+        budget = self._budget
+        budget.buffered += held - self._held
+        self._held = held
+        if (budget.buffered > self._server.config.connections.max_buffered_bytes and held and not self._busy
+                and not self._refused):
+            self._refuse(self._server.connection_closed("buffer_limit"))
+
+    def _arm(self, phase: str) -> None:
+        """Bound the wait `phase` names (a new deadline only when the phase changes); "" disarms."""
+        if phase == self._phase:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._phase = phase
+        if phase and not self._closed:
+            cfg = self._server.config.connections
+            delay = {"header": cfg.header_timeout_ms / 1000.0, "body": cfg.body_timeout_ms / 1000.0,
+                     "idle": cfg.idle_timeout_ms / 1000.0}.get(phase, LINGER_S)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._expired)
+
+    def _expired(self) -> None:
+        phase, self._timer = self._phase, None
+        if phase == "linger":
+            self.close()
+        elif phase == "idle":
+            self._server.connection_closed("idle_timeout")
+            self._phase = ""
+            self.close()
+        elif phase in ("header", "body"):
+            self._phase = ""
+            self._refuse(self._server.connection_closed(f"{phase}_timeout"))
+
+    def _refuse(self, answer: Answer) -> None:
+        """Answer, end the connection's sending side, drop what still arrives; close after a short linger."""
+        transport = self._transport
+        assert transport is not None
+        self._refused = True
+        self._buffer = bytearray()
+        self._account()
+        if self._closed:
+            return
+        transport.write(encode_answer(answer, keep_alive=False))
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._arm("linger")
 
     # -- requests --------------------------------------------------------------------------------
     def _complete_head(self) -> tuple[dict[str, str], int, bool, int] | None:
@@ -210,31 +329,42 @@ class LeanIngestProtocol(asyncio.Protocol):
         return (*parsed, end + 4)
 
     def _next(self) -> None:
-        """Start the next complete request in the buffer, hand the connection over, or wait for more."""
+        """Start the next complete request in the buffer, hand the connection over, or wait for more (with
+        the header or body timeout running)."""
         buf = self._buffer
         if not buf:
             return
-        if len(buf) < len(_PREFIX) and _PREFIX.startswith(buf):
-            return
-        head = self._complete_head()
+        head = self._head
         if head is None:
-            if not buf.startswith(_PREFIX) or buf.find(b"\r\n\r\n", 0, MAX_HEAD) >= 0 or len(buf) >= MAX_HEAD:
-                self._hand_over()
-            return  # else the head is still arriving
+            if len(buf) < len(_PREFIX) and _PREFIX.startswith(buf):
+                self._arm("header")
+                return
+            head = self._complete_head()
+            if head is None:
+                if not buf.startswith(_PREFIX) or buf.find(b"\r\n\r\n", 0, MAX_HEAD) >= 0 or len(buf) >= MAX_HEAD:
+                    self._hand_over()
+                else:
+                    self._arm("header")  # the head is still arriving
+                return
         headers, length, keep_alive, body_start = head
-        if length > self._server.config.limits.max_compressed_bytes:
-            # refused on its declared length; the body is not read, so the connection is not reused
-            del buf[:body_start]
-            self._start(headers, length, b"", keep_alive=False)
+        if length > self._server.config.limits.max_compressed_bytes or len(buf) < body_start + length:
+            if not self._screened:
+                # the body is not all here: refuse on the head now rather than wait for (and hold) the body
+                self._head, self._screened = head, True
+                answer = self._server.screen_head(headers, length)
+                if answer is not None:
+                    self._refuse(answer)
+                    return
+            self._arm("body")
             return
-        if len(buf) < body_start + length:
-            return  # the body is still arriving
         body = bytes(buf[body_start:body_start + length])
         del buf[:body_start + length]
         self._start(headers, length, body, keep_alive)
 
     def _start(self, headers: dict[str, str], length: int, body: bytes | None, keep_alive: bool) -> None:
         self._busy = True
+        self._head, self._screened = None, False
+        self._arm("")
         asyncio.get_running_loop().create_task(self._answer(headers, length, body, keep_alive, time.monotonic()))
 
     async def _answer(self, headers: dict[str, str], length: int, body: bytes | None, keep_alive: bool,
@@ -260,7 +390,11 @@ class LeanIngestProtocol(asyncio.Protocol):
         if self._paused:
             self._paused = False
             transport.resume_reading()
-        self._next()
+        if self._buffer:
+            self._next()
+            self._account()
+        else:
+            self._arm("idle")
 
     def _log_access(self, transport: asyncio.Transport, headers: dict[str, str], status: int, sent: int,
                     arrived: float) -> None:
@@ -270,13 +404,45 @@ class LeanIngestProtocol(asyncio.Protocol):
         self._access_log.push(remote, headers, status, sent, time.monotonic() - arrived)
 
     def _hand_over(self) -> None:
-        """From this request on, the connection is aiohttp's: its handler gets the transport and the bytes."""
+        """From this request on, the connection is aiohttp's: its handler gets the transport and the bytes
+        (and still counts against `connections.maxOpen` until it closes)."""
         transport = self._transport
         assert transport is not None
         self._connections.discard(self)
-        handler = self._aiohttp_factory()
+        self._arm("")
+        self._counted = False  # the open count goes with the connection
+        handler = _HandedOver(self._aiohttp_factory(), self._budget)
         transport.set_protocol(handler)
         handler.connection_made(transport)
         pending, self._buffer = bytes(self._buffer), bytearray()
+        self._account()
         if pending:
             handler.data_received(pending)
+
+
+class _HandedOver(asyncio.Protocol):
+    """aiohttp's request handler on a handed-over connection, passed every event, giving the connection's
+    place in `ConnectionBudget.open` back when it closes."""
+
+    def __init__(self, handler: Any, budget: ConnectionBudget) -> None:
+        self._handler = handler
+        self._budget = budget
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._handler.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._budget.open -= 1
+        self._handler.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._handler.eof_received()  # type: ignore[no-any-return]
+
+    def pause_writing(self) -> None:
+        self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._handler.resume_writing()

@@ -4,6 +4,8 @@ Answers follow the OTLP/HTTP specification: 200 with an ExportMetricsServiceResp
 points were dropped) in the request's content type; errors carry a google.rpc.Status in that content type;
 429 and 503 carry Retry-After. The handler only checks what needs no body (token, content type and
 encoding, declared length, admission), reads the body with a hard cap, and hands the rest to `Pipeline`.
+The lean path screens a head with the same checks (`screen_head`) before it reads a body that is not all
+there yet, and bounds connections (`connections` in the config; kct.receiver.ingest says how).
 
 aiohttp's own request decompression is switched off (`auto_decompress=False`): it would inflate a bomb
 before we could cap it. Every connection is accepted by the lean ingest protocol (`kct.receiver.ingest`),
@@ -25,10 +27,17 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kct.receiver.accesslog import PushAccessLog
-from kct.receiver.codec import encode_export_response, encode_status, negotiate, response_format
+from kct.receiver.codec import Negotiated, encode_export_response, encode_status, negotiate, response_format
 from kct.receiver.config import ReceiverConfig, TlsConfig
-from kct.receiver.errors import BadRequest, PayloadTooLarge, PushRejected, Unauthorized, Unavailable
-from kct.receiver.ingest import Answer, LeanIngestProtocol, common_name
+from kct.receiver.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    PushRejected,
+    RequestTimeout,
+    Unauthorized,
+    Unavailable,
+)
+from kct.receiver.ingest import Answer, ConnectionBudget, LeanIngestProtocol, common_name
 from kct.receiver.pipeline import Pipeline, Push
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import CONTENT_TYPE_LATEST, Telemetry
@@ -75,11 +84,14 @@ class ReceiverServer:
         self._runner: web.AppRunner | None = None
         self._lean_server: asyncio.Server | None = None
         self._lean_connections: set[LeanIngestProtocol] = set()
+        self.connection_budget = ConnectionBudget()
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
         self._refusal_log: dict[str, tuple[float, int]] = {}
         self._parser_refusals = _ParserRefusalLog(self)
         self.telemetry.track_sink(sink.inflight, sink.ready)
+        budget = self.connection_budget
+        self.telemetry.track_connections(lambda: budget.open, lambda: budget.buffered)
         self.app = self._build_app()
 
     # -- application -----------------------------------------------------------------------------
@@ -129,23 +141,13 @@ class ReceiverServer:
         fmt = response_format(headers.get("content-type"))
         try:
             try:
-                if self.tokens is not None:
-                    _authenticate(headers, self.tokens)
+                negotiated = self._check_head(headers, declared_length)
+                fmt = negotiated.fmt
                 content_type = headers.get("content-type", "")
                 content_encoding = headers.get("content-encoding", "")
-                negotiated = negotiate(content_type, content_encoding)
-                fmt = negotiated.fmt
-                if self.draining:
-                    raise Unavailable("draining", "the receiver is shutting down", retry_after_s=1)
                 admission = self.pipeline.admission
                 admission.enter()
                 try:
-                    limit = self.config.limits.max_compressed_bytes
-                    if declared_length is not None and declared_length > limit:
-                        raise PayloadTooLarge(
-                            "compressed_too_large",
-                            f"Content-Length {declared_length} exceeds limits.maxCompressedBytes ({limit} bytes)",
-                        )
                     body = await read_body()
                     size = len(body)
                     outcome = await self.pipeline.process(
@@ -169,6 +171,49 @@ class ReceiverServer:
         finally:
             tel.active_add(-1)
             tel.request_done("POST", ROUTE, status, time.perf_counter() - started, size)
+
+    def _check_head(self, headers: Mapping[str, str], declared_length: int | None) -> Negotiated:
+        """What the head alone decides (token, content type and encoding, draining, declared length):
+        raises the PushRejected, else the negotiated formats."""
+        if self.tokens is not None:
+            _authenticate(headers, self.tokens)
+        negotiated = negotiate(headers.get("content-type", ""), headers.get("content-encoding", ""))
+        if self.draining:
+            raise Unavailable("draining", "the receiver is shutting down", retry_after_s=1)
+        limit = self.config.limits.max_compressed_bytes
+        if declared_length is not None and declared_length > limit:
+            raise PayloadTooLarge(
+                "compressed_too_large",
+                f"Content-Length {declared_length} exceeds limits.maxCompressedBytes ({limit} bytes)",
+            )
+        return negotiated
+
+    def screen_head(self, headers: Mapping[str, str], declared_length: int) -> Answer | None:
+        """The lean path's check of a head whose body is still to come: the refusal `handle_push` would give
+        from the head alone (counted the same way), or None."""
+        try:
+            self._check_head(headers, declared_length)
+        except PushRejected as exc:
+            self.telemetry.rejected(exc.reason, exc.status)
+            self.telemetry.request_done("POST", ROUTE, exc.status, 0.0, -1)
+            if exc.status >= 500:
+                self._warn_refused(exc)
+            return _error_answer(response_format(headers.get("content-type")), exc)
+        return None
+
+    def connection_closed(self, reason: str) -> Answer:
+        """Count a connection the lean path closes (ingest.PushHandler) and give what to answer first:
+        503 with Retry-After when over a cap, 408 on a header or body timeout."""
+        self.telemetry.connection_closed(reason)
+        if reason.endswith("_limit"):
+            exc: PushRejected = Unavailable(
+                reason, f"too many connections or buffered bytes ({reason}); retry later",
+                retry_after_s=self.config.limits.overload_retry_after_seconds,
+            )
+            self._warn_refused(exc)
+        else:
+            exc = RequestTimeout(reason, f"the request did not arrive in time ({reason})")
+        return _error_answer("protobuf", exc)
 
     def parser_refused(self, exc: HttpProcessingError) -> None:
         """aiohttp's HTTP parser refused a request (it answers 400 itself): count it, log it throttled."""
@@ -214,7 +259,7 @@ class ReceiverServer:
         runner_kwargs: dict[str, Any] = {
             "handle_signals": False,
             "auto_decompress": False,  # we decompress ourselves, with a cap
-            "keepalive_timeout": 75.0,
+            "keepalive_timeout": cfg.connections.idle_timeout_ms / 1000.0,
             "shutdown_timeout": cfg.shutdown.drain_timeout_ms / 1000.0,
         }
         if not cfg.logging.access_log:
@@ -234,11 +279,11 @@ class ReceiverServer:
         """Listen with the lean ingest protocol in front of aiohttp's request handler (ingest.py)."""
         assert self._runner is not None and self._runner.server is not None
         cfg = self.config
-        factory, connections = self._runner.server, self._lean_connections
+        factory, connections, budget = self._runner.server, self._lean_connections, self.connection_budget
         # aiohttp logs what it serves (runner_kwargs above); the pushes answered here log themselves.
         access_log = PushAccessLog() if cfg.logging.access_log else None
         return await asyncio.get_running_loop().create_server(
-            lambda: LeanIngestProtocol(self, factory, connections, access_log),
+            lambda: LeanIngestProtocol(self, factory, connections, budget, access_log),
             cfg.listen.host,
             cfg.listen.port,
             ssl=ssl_context,

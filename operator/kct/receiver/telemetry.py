@@ -1,7 +1,8 @@
 """The receiver's own metrics, by layer (like an API gateway's global / proxy / backend layers).
 
     ingress   HTTP: http.server.request.duration, http.server.active_requests,
-              http.server.request.body.size, and every refusal by reason (kct.receiver.rejections)
+              http.server.request.body.size, every refusal by reason (kct.receiver.rejections), open
+              connections and the connections the receiver closed, by reason (kct.receiver.connections.*)
     pipeline  per stage timings (decompress, decode, sanitize incl. re-encoding), points accepted/rejected,
               private attributes dropped, rate-limit and quota state and throttle time
     sink      messaging.client.operation.duration, messaging.client.sent.messages, in-flight records,
@@ -116,6 +117,7 @@ class Telemetry:
         self.request_done: Callable[[str, str, int, float, int], None] = _noop
         self.rejected: Callable[[str, int], None] = _noop
         self.active_add: Callable[[int], None] = _noop
+        self.connection_closed: Callable[[str], None] = _noop
         self.stage: Callable[[str, float], None] = _noop
         self.push_accepted: Callable[[int, int, int, bool], None] = _noop
         self.throttled: Callable[[str, float], None] = _noop
@@ -149,7 +151,15 @@ class Telemetry:
             "Pushes refused, by reason (kct.receiver.rejections).",
             ["reason", "http_response_status_code"],
         )
-        self.registry.register(_Families(duration, body, rejections))
+        closed = _Counter(
+            "kct_receiver_connections_closed",
+            "Connections the receiver closed to protect itself, by reason: connection_limit, buffer_limit, "
+            "header_timeout, body_timeout, idle_timeout (kct.receiver.connections.closed).",
+            ["reason"],
+        )
+        self.registry.register(_Families(duration, body, rejections, closed))
+        for reason in ("connection_limit", "buffer_limit", "header_timeout", "body_timeout", "idle_timeout"):
+            closed.inc((reason,), 0.0)
         active = [0]
         Gauge(
             "http_server_active_requests", "Active HTTP server requests (http.server.active_requests).",
@@ -177,9 +187,27 @@ class Telemetry:
         def active_add(n: int) -> None:
             active[0] += n
 
+        def connection_closed(reason: str) -> None:
+            closed.inc((reason,))
+
         self.request_done = request_done
         self.rejected = rejected
         self.active_add = active_add
+        self.connection_closed = connection_closed
+
+    def track_connections(self, open_connections: Callable[[], int], buffered_bytes: Callable[[], int]) -> None:
+        """Gauges read at scrape time (ingress layer)."""
+        if not self.config.ingress:
+            return
+        Gauge(
+            "kct_receiver_connections_open", "Open connections (kct.receiver.connections.open).",
+            registry=self.registry,
+        ).set_function(lambda: float(open_connections()))
+        Gauge(
+            "kct_receiver_connections_buffered_bytes",
+            "Bytes of requests not yet whole, over all connections (kct.receiver.connections.buffered).",
+            registry=self.registry,
+        ).set_function(lambda: float(buffered_bytes()))
 
     # -- pipeline --------------------------------------------------------------------------------
     def _pipeline(self) -> None:
