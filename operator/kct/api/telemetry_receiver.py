@@ -286,8 +286,13 @@ class TelemetryReceiverSpec(SpecModel):
     image: str = Field(default=DEFAULT_RECEIVER_IMAGE, min_length=1)
     """Image with `kct` (`docker build --target runtime`)."""
     image_pull_policy: PullPolicy = "IfNotPresent"
-    resources: ResourceRequirements | None = None
-    """Receiver container resources; set a CPU request when autoscaling."""
+    resources: ResourceRequirements = ResourceRequirements(
+        requests={"cpu": "250m", "memory": "192Mi"}, limits={"memory": "384Mi"}
+    )
+    """Receiver container resources. The default is sized from measurements (docs/operations.md, "Receiver
+    resources"): ~75 MiB RSS under 2,000 trickling connections and a connection flood, ~210 MiB in the worst
+    case the default limits allow (in-flight and buffered bytes, every connection open); no CPU limit, as
+    throttling only adds latency. The autoscaler's target is a percentage of the CPU request."""
     node_selector: dict[str, str] | None = None
     tolerations: list[Toleration] | None = None
     affinity: KubeObject | None = None

@@ -167,7 +167,8 @@ class ConnectionsConfig(StrictModel):
     """What one connection may hold, and for how long, so slow, idle or many senders cannot exhaust the
     receiver's memory or descriptors. A request's head is checked (token, content type and encoding, declared
     length) as soon as it is whole, before its body is read: a refused request is answered and the connection
-    closed without reading the body. Timeouts answer 408 (header, body) or close silently (idle); over
+    closed without reading the body. Timeouts answer 408 (header, body) or close silently (idle, or no byte
+of a request yet); over
     `maxOpen` a new connection is answered 503 with Retry-After and closed. Every such close is counted in
     `kct_receiver_connections_closed_total{reason}`."""
 
@@ -178,8 +179,8 @@ class ConnectionsConfig(StrictModel):
     )
     header_timeout_ms: PositiveInt = Field(
         default=10_000,
-        description="Time from a connection's opening, or a request's first byte, to the end of its head "
-        "(408 and close above).",
+        description="Time from a connection's opening, or a request's first byte, to the end of its head; "
+        "above, 408 and close (closed silently if not a byte of the request came).",
     )
     body_timeout_ms: PositiveInt = Field(
         default=30_000,

@@ -292,6 +292,11 @@ class LeanIngestProtocol(asyncio.Protocol):
             self._server.connection_closed("idle_timeout")
             self._phase = ""
             self.close()
+        elif phase == "header" and not self._buffer:
+            # not a byte of a request yet (a fresh or pooled connection): closed silently, as when idle
+            self._server.connection_closed("header_timeout")
+            self._phase = ""
+            self.close()
         elif phase in ("header", "body"):
             self._phase = ""
             self._refuse(self._server.connection_closed(f"{phase}_timeout"))

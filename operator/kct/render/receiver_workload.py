@@ -123,8 +123,7 @@ def _container(params: ReceiverParams) -> dict[str, Any]:
         env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": source.name, "key": source.key}}})
     if env:
         container["env"] = env
-    if spec.resources is not None:
-        container["resources"] = spec.resources.to_kube()
+    container["resources"] = spec.resources.to_kube()
     return container
 
 

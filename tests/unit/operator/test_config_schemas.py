@@ -20,6 +20,7 @@ from kct.render.params import ReceiverParams, aggregation_config, receiver_confi
 # Every tuned section set away from its default, so "copied unchanged" cannot pass by defaults alone.
 TUNED_RECEIVER: dict[str, Any] = {
     "limits": {"maxCompressedBytes": 4096, "maxDecompressedBytes": 8192, "maxInflightBytes": 65536},
+    "connections": {"maxOpen": 100, "headerTimeoutMs": 2000, "maxBufferedBytes": 8192},
     "privacy": {"deny": ["host.*"], "defaultAction": "drop"},
     "validation": {"checkDataPoints": False},
     "rateLimit": {"enabled": False, "tolerance": 0.5},
@@ -50,6 +51,7 @@ def test_spec_receiver_is_the_receivers_tuning_model_and_reaches_its_config_unch
     assert set(TUNED_RECEIVER) == {field.alias for field in receiver_config_module.ReceiverTuning.model_fields.values()}
     assert built.tuning() == spec.receiver.tuning()
     assert built.shutdown.drain_timeout_ms == 1234 and built.logging.format == "text"
+    assert (built.connections.max_open, built.connections.max_buffered_bytes) == (100, 8192)
     assert (built.runtime.event_loop, built.runtime.delivery_wakeup) == ("asyncio", "thread")
 
 
