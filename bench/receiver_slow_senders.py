@@ -39,9 +39,10 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "operator"))
@@ -52,6 +53,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (  # no
 )
 
 HOST = "127.0.0.1"
+Ending = asyncio.Future[Any]  # a connection's close by the receiver, or the attack's end
 TOKEN = "slow-senders-token"
 # The attack's receiver settings: the defaults, but timeouts and the cap small enough that a short run
 # sees every one of them fire (trickles outlive the body timeout, the flood goes over the cap).
@@ -145,11 +147,13 @@ class _Attack:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop.wait(), seconds)
 
-    async def trickler(self, n: int, pace_s: float) -> None:
-        head, body = _request(f"trickle-{n}", _body(f"trickle-{n}", points=60))
-        # a quarter trickle the head, the rest send the head whole and trickle the body
-        whole, trickled = (b"", head + body) if n % 4 == 0 else (head, body)
+    async def _connections(self, pace_s: float,
+                           use: Callable[[asyncio.StreamWriter, Ending, Ending],
+                                         Awaitable[None]]) -> None:
+        """Open a connection, `use` it (given the futures of its close by the receiver and of the attack's
+        end), note how the receiver ended it, and again, no more often than every `pace_s`, until the end."""
         while not self.stop.is_set():
+            started = time.monotonic()
             try:
                 reader, writer = await asyncio.open_connection(HOST, self.port)
             except OSError:
@@ -160,13 +164,7 @@ class _Attack:
             closed = asyncio.ensure_future(reader.read(-1))
             stopped = asyncio.ensure_future(self.stop.wait())
             try:
-                writer.write(whole)
-                for i in range(len(trickled)):
-                    if closed.done() or self.stop.is_set():
-                        break
-                    writer.write(trickled[i:i + 1])
-                    # the pace of the trickle, cut short when the receiver closes the connection
-                    await asyncio.wait({closed, stopped}, timeout=pace_s, return_when=asyncio.FIRST_COMPLETED)
+                await use(writer, closed, stopped)
                 if closed.done() and closed.exception() is None:
                     self._answered(closed.result())
                 elif closed.done():
@@ -178,31 +176,31 @@ class _Attack:
                 stopped.cancel()
                 writer.close()
                 self.open -= 1
+            await self._paced(max(0.0, pace_s - (time.monotonic() - started)))
+
+    async def trickler(self, n: int, pace_s: float) -> None:
+        head, body = _request(f"trickle-{n}", _body(f"trickle-{n}", points=60))
+        # a quarter trickle the head, the rest send the head whole and trickle the body
+        whole, trickled = (b"", head + body) if n % 4 == 0 else (head, body)
+
+        async def trickle(writer: asyncio.StreamWriter, closed: Ending,
+                          stopped: Ending) -> None:
+            writer.write(whole)
+            for i in range(len(trickled)):
+                if closed.done() or stopped.done():
+                    return
+                writer.write(trickled[i:i + 1])
+                # the pace of the trickle, cut short when the receiver closes the connection
+                await asyncio.wait({closed, stopped}, timeout=pace_s, return_when=asyncio.FIRST_COMPLETED)
+
+        await self._connections(pace_s, trickle)
 
     async def flooder(self, pace_s: float) -> None:
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                reader, writer = await asyncio.open_connection(HOST, self.port)
-            except OSError:
-                self.figures.attacker_answers["connect_error"] += 1
-                await self._paced(pace_s)
-                continue
-            self._opened()
-            stopped = asyncio.ensure_future(self.stop.wait())
-            closed = asyncio.ensure_future(reader.read(-1))
-            try:
-                await asyncio.wait({closed, stopped}, return_when=asyncio.FIRST_COMPLETED)
-                if closed.done() and closed.exception() is None:
-                    self._answered(closed.result())
-                elif closed.done():
-                    self.figures.attacker_answers["reset"] += 1
-            finally:
-                closed.cancel()
-                stopped.cancel()
-                writer.close()
-                self.open -= 1
-            await self._paced(max(0.0, pace_s - (time.monotonic() - started)))
+        async def hold(_writer: asyncio.StreamWriter, closed: Ending,
+                       stopped: Ending) -> None:
+            await asyncio.wait({closed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+
+        await self._connections(pace_s, hold)
 
     async def worker(self, n: int, pace_s: float, all_open: asyncio.Event, go: asyncio.Event, opened: list[int],
                      total: int) -> None:
