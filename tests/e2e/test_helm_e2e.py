@@ -157,6 +157,8 @@ def test_service_account_can_do_exactly_what_the_operator_needs(cluster: Cluster
     for verb, resource, namespace in [("get", "secrets", release.unwatched),
                                       ("list", "clientmetricssubscriptions.telemetry.kct.dev", release.unwatched),
                                       ("get", "secrets", release.namespace),
+                                      # kopf only patches: no replacing a resource
+                                      ("update", "clientmetricssubscriptions.telemetry.kct.dev", release.watched),
                                       ("list", "secrets", None),
                                       ("create", "clusterroles.rbac.authorization.k8s.io", None),
                                       ("delete", "namespaces", None),
