@@ -143,3 +143,15 @@ def test_the_spark_user_is_the_images_user() -> None:
     stage = stage[: stage.index("\nFROM ")] if "\nFROM " in stage else stage
     users = re.findall(r"^USER (\d+):(\d+)$", stage, re.MULTILINE)
     assert users and users[-1] == (str(SPARK_USER), str(SPARK_USER))
+
+
+def test_every_child_carries_the_label_the_admission_policy_requires() -> None:
+    """Given a spec with every optional object, When the children are rendered, Then each carries
+    app.kubernetes.io/managed-by=kct-operator: the chart's admission policy refuses the operator's writes of
+    anything without it (helm/kct/templates/admissionpolicy.yaml)."""
+    spec = {"autoscaling": {}, "aggregation": {"mode": "scheduled", "schedule": "0 * * * *"}}
+    children = [*render_children(params(spec)), *render_children(params({"aggregation": {}}))]
+    assert {"Secret", "ConfigMap", "Deployment", "NetworkPolicy", "HorizontalPodAutoscaler",
+            "ScheduledSparkApplication", "SparkApplication"} <= {m["kind"] for m in children}
+    for manifest in children:
+        assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kct-operator", manifest["kind"]
