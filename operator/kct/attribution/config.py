@@ -17,6 +17,8 @@ __all__ = ["AttributionConfig", "AttributionRule", "MetadataAttribute"]
 # An attribute name: OpenTelemetry style (dots, lower case), as a resource attribute key.
 AttributeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-/]+$")]
 # A label or annotation key (`prefix/name`, at most 253 + 63 characters).
+# A namespace name, or `*` for all of them.
+WatchedNamespace = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?|\*)$")]
 MetadataKey = Annotated[str, Field(min_length=1, max_length=317)]
 
 
@@ -68,8 +70,10 @@ class AttributionConfig(StrictModel):
     """Attribute pushes when the receiver runs in a Kubernetes pod with a service account token that may
     get/list/watch pods, replicasets and jobs (the operator grants that when this is true). Outside
     Kubernetes the receiver says so in its log and only `rules` apply. False: never."""
-    namespaces: tuple[Annotated[str, Field(min_length=1, max_length=63)], ...] = ()
-    """Namespaces whose pods are watched; empty = every namespace (a cluster-wide grant)."""
+    namespaces: tuple[WatchedNamespace, ...] = ()
+    """Namespaces whose pods, ReplicaSets and Jobs are watched; empty = the receiver's own namespace (what a
+    TelemetryReceiver grants: a Role in its namespace); `*` = every namespace (needs a cluster-wide grant,
+    which the operator does not make: bind the receiver's service account yourself)."""
     labels: tuple[MetadataAttribute, ...] = DEFAULT_LABELS
     """Pod labels copied to resource attributes."""
     annotations: tuple[MetadataAttribute, ...] = ()

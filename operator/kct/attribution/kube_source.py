@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from kubernetes import client, config
@@ -25,7 +25,7 @@ from kct.attribution.config import AttributionConfig
 from kct.attribution.index import PodIndex
 from kct.attribution.watch import Gone, Kind, ObjectList, WatchEvent, start_reflectors
 
-__all__ = ["KubeObjectSource", "in_cluster_source", "start_in_cluster"]
+__all__ = ["KubeObjectSource", "in_cluster_source", "start_in_cluster", "watched_namespaces"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ _PATHS: Final[dict[Kind, tuple[str, str]]] = {
 }
 _METADATA_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _METADATA: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+SERVICE_ACCOUNT_NAMESPACE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # The server ends a watch after this long; the reflector watches again from the last resourceVersion.
 WATCH_TIMEOUT_S: Final = 300
 
@@ -113,6 +114,19 @@ def start_in_cluster(settings: AttributionConfig, index: PodIndex) -> threading.
     except config.ConfigException as exc:
         log.info("attribution: not running in a Kubernetes pod (%s); pushes are not attributed", exc)
         return None
-    where = ", ".join(settings.namespaces) or "every namespace"
+    namespaces = watched_namespaces(settings.namespaces, _own_namespace())
+    where = ", ".join(n or "every namespace" for n in namespaces)
     log.info("attribution: watching pods, replicasets and jobs in %s", where)
-    return start_reflectors(source, index, settings.namespaces)
+    return start_reflectors(source, index, namespaces)
+
+
+def watched_namespaces(configured: Sequence[str], own: str) -> tuple[str | None, ...]:
+    """The namespaces to watch (None: all): `configured`, `*` meaning all; empty meaning `own`."""
+    if "*" in configured:
+        return (None,)
+    return tuple(configured) or (own,)
+
+
+def _own_namespace() -> str:
+    with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as file:
+        return file.read().strip()

@@ -71,21 +71,23 @@ class Reflector:
         *,
         stop: threading.Event,
         wall_ms: Callable[[], int] = _wall_ms,
+        initial_backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
     ) -> None:
         self.source, self.index, self.kind, self.namespace = source, index, kind, namespace
         self.stop = stop
         self._wall_ms = wall_ms
+        self._initial_backoff_s = initial_backoff_s
         self._max_backoff_s = max_backoff_s
         self.lists = 0  # how many times it listed (a relist after 410 or an error counts)
         self.errors = 0
 
     def run(self) -> None:
-        backoff = 0.5
+        backoff = self._initial_backoff_s
         while not self.stop.is_set():
             try:
                 self._list_and_watch()
-                backoff = 0.5
+                backoff = self._initial_backoff_s
             except Gone:
                 log.info("attribution: %s watch expired (410 Gone); listing again", self.kind)
             except Exception as exc:  # any failure of the API: wait, then start over
@@ -127,11 +129,11 @@ class Reflector:
             self.index.upsert_owner(self.kind, event.object)
 
 
-def start_reflectors(source: ObjectSource, index: PodIndex, namespaces: Sequence[str]) -> threading.Event:
-    """One daemon thread per kind and namespace (all namespaces when none are named); set the returned
-    event to stop them (each stops at its next event or the server's watch timeout)."""
+def start_reflectors(source: ObjectSource, index: PodIndex, namespaces: Sequence[str | None]) -> threading.Event:
+    """One daemon thread per kind and namespace (None: all namespaces); set the returned event to stop them
+    (each stops at its next event or the server's watch timeout)."""
     stop = threading.Event()
-    for namespace in namespaces or (None,):
+    for namespace in namespaces:
         for kind in KINDS:
             reflector = Reflector(source, index, kind, namespace, stop=stop)
             threading.Thread(target=reflector.run, name=f"attribution-{kind}-{namespace or 'all'}", daemon=True).start()

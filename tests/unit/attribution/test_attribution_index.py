@@ -6,12 +6,11 @@ import json
 from typing import Any
 
 import pytest
+from attribution_bodies import owned, pod
 
 from kct.attribution.attributor import Attributor
 from kct.attribution.config import AttributionConfig
-from kct.attribution.index import PodIndex, canonical_address
-
-from attribution_bodies import owned, pod
+from kct.attribution.index import canonical_address
 
 T0 = 1_700_000_000_000  # epoch ms; pods below are created at T0 unless said otherwise
 S = 1000
@@ -22,8 +21,8 @@ def config(**fields: Any) -> AttributionConfig:
     return AttributionConfig.model_validate_json(json.dumps(fields))
 
 
-def attrs(attributor: Attributor, ip: str | None, at_ms: int, principal: str = "", client_id: str = "") -> dict[str, str]:
-    return dict(attributor.attribute(ip, principal, client_id, at_ms).attributes)
+def attrs(attributor: Attributor, ip: str | None, at_ms: int) -> dict[str, str]:
+    return dict(attributor.attribute(ip, "", "", at_ms).attributes)
 
 
 def test_a_pod_s_push_gets_its_pod_namespace_node_and_deployment() -> None:
