@@ -13,6 +13,7 @@ Input must be a parsable message (the pipeline has checked it); a truncated one 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 __all__ = ["encode_attributes", "with_resource_attributes"]
 
@@ -89,6 +90,9 @@ def _key_of(data: bytes, start: int, end: int) -> bytes | None:
 
 
 def _resource(data: bytes, start: int, end: int, keys: frozenset[bytes], added: bytes) -> bytes:
+    payload = data[start:end]
+    if not any(key in payload for key in keys):
+        return payload + added  # none of our keys is there (the usual case): no need to walk the KeyValues
     out = bytearray()
     for number, wire, field_start, payload, field_end in _fields(data, start, end):
         if number == 1 and wire == _LEN and _key_of(data, payload, field_end) in keys:
@@ -112,12 +116,17 @@ def _resource_metrics(data: bytes, start: int, end: int, keys: frozenset[bytes],
     return bytes(out)
 
 
+@lru_cache(maxsize=4096)
+def _prepared(attributes: tuple[tuple[str, str], ...]) -> tuple[frozenset[bytes], bytes]:
+    """The keys and encoded KeyValues of one pod's attributes: the same few sets are added push after push."""
+    return frozenset(key.encode() for key, _ in attributes), encode_attributes(attributes)
+
+
 def with_resource_attributes(data: bytes, attributes: Sequence[tuple[str, str]]) -> bytes:
     """`data` with `attributes` (string values) set on the resource of every ResourceMetrics."""
     if not attributes:
         return data
-    keys = frozenset(key.encode() for key, _ in attributes)
-    added = encode_attributes(attributes)
+    keys, added = _prepared(tuple(attributes))
     out = bytearray()
     for number, wire, field_start, payload, field_end in _fields(data, 0, len(data)):
         if number == 1 and wire == _LEN:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kct.attribution.kube_source import KubeObjectSource
+from kct.attribution.kube_source import KubeObjectSource, watched_namespaces
 from kct.attribution.watch import Gone
 
 
@@ -66,3 +66,9 @@ def test_a_watch_stream_split_anywhere_gives_whole_events_then_gone() -> None:
     assert path == "/apis/batch/v1/jobs"
     assert headers["Accept"] == "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
     assert ("resourceVersion", "5") in query and ("watch", "true") in query
+
+
+def test_namespaces_default_to_the_receiver_s_own_and_star_means_all() -> None:
+    assert watched_namespaces((), "observability") == ("observability",)
+    assert watched_namespaces(("a", "b"), "observability") == ("a", "b")
+    assert watched_namespaces(("a", "*"), "observability") == (None,)
