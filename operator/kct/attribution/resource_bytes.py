@@ -90,9 +90,9 @@ def _key_of(data: bytes, start: int, end: int) -> bytes | None:
 
 
 def _resource(data: bytes, start: int, end: int, keys: frozenset[bytes], added: bytes) -> bytes:
-    payload = data[start:end]
-    if not any(key in payload for key in keys):
-        return payload + added  # none of our keys is there (the usual case): no need to walk the KeyValues
+    resource = data[start:end]
+    if not any(key in resource for key in keys):
+        return resource + added  # none of our keys is there (the usual case): no need to walk the KeyValues
     out = bytearray()
     for number, wire, field_start, payload, field_end in _fields(data, start, end):
         if number == 1 and wire == _LEN and _key_of(data, payload, field_end) in keys:
