@@ -11,8 +11,9 @@ an address are ambiguous, never guessed.
 Owners come from metadata alone: a pod's controller reference (ReplicaSet, StatefulSet, DaemonSet, Job), a
 ReplicaSet's Deployment and a Job's CronJob from the ReplicaSet and Job indexes.
 
-One writer (the watch thread) and readers on the event loop: every update replaces one immutable value in a
-dict (atomic), so a reader sees an address's history before or after an event, never half of one. What is
+Writers (the watch threads, one per kind and namespace) take a lock; readers on the event loop do not: every
+update replaces one immutable value in a dict (atomic), so a reader sees an address's history before or after
+an event, never half of one. What is
 kept per pod is what the attributes need: a few interned strings.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -63,7 +65,7 @@ _OWNER_ATTRIBUTE: Final = {
     "DaemonSet": K8S_DAEMONSET_NAME,
     "Job": K8S_JOB_NAME,
 }
-# Addresses keep at most this many past pods (a history longer than any grace is of no use).
+# Addresses keep at most this many ended pods (a history longer than any grace is of no use).
 _HISTORY: Final = 4
 
 Attributes = tuple[tuple[str, str], ...]
@@ -172,9 +174,14 @@ class PodIndex:
         self._ip_of: dict[str, str] = {}  # pod uid -> its address (to find it on deletion)
         self._replicaset_owner: dict[tuple[str, str], str] = {}  # (namespace, ReplicaSet) -> Deployment ("": none)
         self._job_owner: dict[tuple[str, str], str] = {}  # (namespace, Job) -> CronJob ("": none)
+        self._write = threading.Lock()
 
     # -- writes (the watch thread) -------------------------------------------------------------------
     def upsert_pod(self, body: Mapping[str, Any], now_ms: int) -> None:
+        with self._write:
+            self._upsert_pod(body, now_ms)
+
+    def _upsert_pod(self, body: Mapping[str, Any], now_ms: int) -> None:
         record = pod_record(body, self.config, now_ms)
         uid = str((body.get("metadata") or {}).get("uid", ""))
         if record is None:
@@ -187,27 +194,41 @@ class PodIndex:
         old = next((p for p in history if p.uid == uid), None)
         if old is not None and old.ended_ms is not None and record.ended_ms is not None:
             record = _with_end(record, old.ended_ms)  # finished earlier: keep when it was first seen so
-        merged = sorted((*kept, record), key=lambda p: p.created_ms)
-        self._by_ip[record.ip] = tuple(merged[-_HISTORY:])
+        # Every live pod stays (a node's address has as many hostNetwork pods as it runs); ended ones, a few.
+        ended = [p for p in kept if p.ended_ms is not None][-_HISTORY:]
+        live = [p for p in kept if p.ended_ms is None]
+        self._by_ip[record.ip] = tuple(sorted((*live, *ended, record), key=lambda p: p.created_ms))
         self._ip_of[uid] = record.ip
         self._forget_expired(record.ip, now_ms)
 
     def delete_pod(self, body: Mapping[str, Any], now_ms: int) -> None:
         uid = str((body.get("metadata") or {}).get("uid", ""))
-        ip = self._ip_of.pop(uid, None)
-        if ip is not None:
-            self._end(uid, ip, now_ms)
+        with self._write:
+            ip = self._ip_of.pop(uid, None)
+            if ip is not None:
+                self._end(uid, ip, now_ms)
 
-    def replace_pods(self, bodies: Iterable[Mapping[str, Any]], now_ms: int) -> None:
-        """A relist: the pods listed are the live ones; every other one ended now (its deletion was missed)."""
-        listed: set[str] = set()
-        for body in bodies:
-            listed.add(str((body.get("metadata") or {}).get("uid", "")))
-            self.upsert_pod(body, now_ms)
-        for uid in [uid for uid in self._ip_of if uid not in listed]:
-            self._end(uid, self._ip_of.pop(uid), now_ms)
+    def replace_pods(self, bodies: Iterable[Mapping[str, Any]], now_ms: int, namespace: str | None = None) -> None:
+        """A relist of `namespace` (None: all): the pods listed are its live ones; every other one of it ended
+        now (its deletion was missed)."""
+        with self._write:
+            listed: set[str] = set()
+            for body in bodies:
+                listed.add(str((body.get("metadata") or {}).get("uid", "")))
+                self._upsert_pod(body, now_ms)
+            for uid, ip in list(self._ip_of.items()):
+                if uid not in listed and (namespace is None or self._namespace_of(uid, ip) == namespace):
+                    del self._ip_of[uid]
+                    self._end(uid, ip, now_ms)
+
+    def _namespace_of(self, uid: str, ip: str) -> str | None:
+        return next((p.namespace for p in self._by_ip.get(ip, ()) if p.uid == uid), None)
 
     def upsert_owner(self, kind: str, body: Mapping[str, Any]) -> None:
+        with self._write:
+            self._upsert_owner(kind, body)
+
+    def _upsert_owner(self, kind: str, body: Mapping[str, Any]) -> None:
         """A ReplicaSet or Job (metadata is enough): remember its own controller, if a Deployment/CronJob."""
         meta = body.get("metadata") or {}
         key = (sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", "")))
@@ -220,12 +241,17 @@ class PodIndex:
     def delete_owner(self, kind: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        (self._replicaset_owner if kind == "ReplicaSet" else self._job_owner).pop(key, None)
+        with self._write:
+            (self._replicaset_owner if kind == "ReplicaSet" else self._job_owner).pop(key, None)
 
-    def replace_owners(self, kind: str, bodies: Iterable[Mapping[str, Any]]) -> None:
-        (self._replicaset_owner if kind == "ReplicaSet" else self._job_owner).clear()
-        for body in bodies:
-            self.upsert_owner(kind, body)
+    def replace_owners(self, kind: str, bodies: Iterable[Mapping[str, Any]], namespace: str | None = None) -> None:
+        """A relist of `namespace`'s (None: every) ReplicaSets or Jobs."""
+        owners = self._replicaset_owner if kind == "ReplicaSet" else self._job_owner
+        with self._write:
+            for key in [key for key in owners if namespace is None or key[0] == namespace]:
+                del owners[key]
+            for body in bodies:
+                self._upsert_owner(kind, body)
 
     def _end(self, uid: str, ip: str, now_ms: int) -> None:
         history = self._by_ip.get(ip, ())
@@ -245,6 +271,10 @@ class PodIndex:
 
     def sweep(self, now_ms: int) -> None:
         """Forget pods ended longer than the grace ago (addresses no event touches again keep none)."""
+        with self._write:
+            self._sweep(now_ms)
+
+    def _sweep(self, now_ms: int) -> None:
         for ip in [ip for ip, history in self._by_ip.items() if any(p.ended_ms is not None for p in history)]:
             self._forget_expired(ip, now_ms)
 

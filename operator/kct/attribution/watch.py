@@ -101,10 +101,10 @@ class Reflector:
         self.lists += 1
         now = self._wall_ms()
         if self.kind == "Pod":
-            self.index.replace_pods(listed.items, now)
+            self.index.replace_pods(listed.items, now, self.namespace)
             self.index.sweep(now)
         else:
-            self.index.replace_owners(self.kind, listed.items)
+            self.index.replace_owners(self.kind, listed.items, self.namespace)
         version = listed.resource_version
         while not self.stop.is_set():
             for event in self.source.watch(self.kind, self.namespace, version):

@@ -226,3 +226,25 @@ def test_relist_ends_the_pods_it_no_longer_lists() -> None:
     index.replace_pods([pod("b", "10.1.0.6", created_ms=T0)], T0 + 10 * S)
     assert attributor.attribute("10.1.0.5", None, None, T0 + 11 * S).outcome == "unattributed"
     assert attributor.attribute("10.1.0.6", None, None, T0 + 11 * S).outcome == "pod"
+
+
+def test_a_relist_of_one_namespace_leaves_the_others_pods_alone() -> None:
+    attributor = Attributor(config(deletedPodGraceSeconds=0))
+    index = attributor.index
+    index.replace_pods([pod("a", "10.1.0.5", namespace="one", created_ms=T0)], T0, "one")
+    index.replace_pods([pod("b", "10.1.0.6", namespace="two", created_ms=T0)], T0, "two")
+    index.replace_pods([], T0 + 10 * S, "one")
+    assert attributor.attribute("10.1.0.5", None, None, T0 + 11 * S).outcome == "unattributed"
+    assert attributor.attribute("10.1.0.6", None, None, T0 + 11 * S).outcome == "pod"
+
+
+def test_a_node_running_many_host_network_pods_stays_ambiguous_until_the_last_goes() -> None:
+    attributor = Attributor(config(deletedPodGraceSeconds=0))
+    index = attributor.index
+    for i in range(8):
+        index.upsert_pod(pod(f"ds-{i}", "192.168.1.10", created_ms=T0 + i * S, host_network=True), T0 + 10 * S)
+    for i in range(1, 8):
+        index.delete_pod(pod(f"ds-{i}", "192.168.1.10"), T0 + 20 * S)
+    assert attributor.attribute("192.168.1.10", None, None, T0 + 21 * S).outcome == "ambiguous"
+    index.delete_pod(pod("ds-0", "192.168.1.10"), T0 + 22 * S)
+    assert attributor.attribute("192.168.1.10", None, None, T0 + 23 * S).outcome == "unattributed"
