@@ -175,6 +175,8 @@ class PodIndex:
         self._replicaset_owner: dict[tuple[str, str], str] = {}  # (namespace, ReplicaSet) -> Deployment ("": none)
         self._job_owner: dict[tuple[str, str], str] = {}  # (namespace, Job) -> CronJob ("": none)
         self._write = threading.Lock()
+        # pod uid -> (the record, its Deployment/CronJob, its attributes); written by readers, pruned by writers
+        self._built: dict[str, tuple[PodRecord, str, Attributes]] = {}
 
     # -- writes (the watch thread) -------------------------------------------------------------------
     def upsert_pod(self, body: Mapping[str, Any], now_ms: int) -> None:
@@ -195,7 +197,10 @@ class PodIndex:
         if old is not None and old.ended_ms is not None and record.ended_ms is not None:
             record = _with_end(record, old.ended_ms)  # finished earlier: keep when it was first seen so
         # Every live pod stays (a node's address has as many hostNetwork pods as it runs); ended ones, a few.
-        ended = [p for p in kept if p.ended_ms is not None][-_HISTORY:]
+        all_ended = [p for p in kept if p.ended_ms is not None]
+        ended = all_ended[-_HISTORY:]
+        for dropped in all_ended[:-_HISTORY]:
+            self._built.pop(dropped.uid, None)
         live = [p for p in kept if p.ended_ms is None]
         self._by_ip[record.ip] = tuple(sorted((*live, *ended, record), key=lambda p: p.created_ms))
         self._ip_of[uid] = record.ip
@@ -264,6 +269,9 @@ class PodIndex:
         history = self._by_ip.get(ip, ())
         live = tuple(p for p in history if p.ended_ms is None or now_ms < p.ended_ms + self._grace_ms)
         if len(live) != len(history):
+            for gone in history:
+                if gone not in live:
+                    self._built.pop(gone.uid, None)
             if live:
                 self._by_ip[ip] = live
             else:
@@ -293,6 +301,21 @@ class PodIndex:
         return _UNKNOWN
 
     def _attributes(self, pod: PodRecord) -> Attributes:
+        """The pod's attributes, built once per pod and owner (the same tuple push after push, which also
+        keeps the encoded form cached downstream)."""
+        owner = ""
+        if pod.owner_kind == "ReplicaSet":
+            owner = self._replicaset_owner.get((pod.namespace, pod.owner_name), "")
+        elif pod.owner_kind == "Job":
+            owner = self._job_owner.get((pod.namespace, pod.owner_name), "")
+        cached = self._built.get(pod.uid)
+        if cached is not None and cached[0] is pod and cached[1] == owner:
+            return cached[2]
+        attributes = self._build_attributes(pod)
+        self._built[pod.uid] = (pod, owner, attributes)
+        return attributes
+
+    def _build_attributes(self, pod: PodRecord) -> Attributes:
         attrs: list[tuple[str, str]] = [
             (K8S_NAMESPACE_NAME, pod.namespace),
             (K8S_POD_NAME, pod.name),

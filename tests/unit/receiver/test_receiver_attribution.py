@@ -115,3 +115,19 @@ def test_resource_attributes_are_added_to_every_resource_and_unknown_fields_kept
     assert [rm.scope_metrics[0].scope.name for rm in parsed.resource_metrics] == ["librdkafka", "other"]
     assert out.endswith(b"\xa0\x06\x01")
     assert with_resource_attributes(data, []) is data
+
+
+def test_a_single_resource_push_gets_the_attributes_after_its_own() -> None:
+    # Given the usual client push: one ResourceMetrics, its Resource first, none of our keys
+    request = make_request(resource={"client_rack": "r1", "client_id": "c"})
+    data = request.SerializeToString()
+    # When attributes are added
+    out = with_resource_attributes(data, [("k8s.pod.name", "p"), ("k8s.namespace.name", "ns")])
+    # Then the message is the same but for them
+    expected = ExportMetricsServiceRequest()
+    expected.CopyFrom(request)
+    for key, value in (("k8s.pod.name", "p"), ("k8s.namespace.name", "ns")):
+        kv = expected.resource_metrics[0].resource.attributes.add()
+        kv.key, kv.value.string_value = key, value
+    assert ExportMetricsServiceRequest.FromString(out) == expected
+    assert out == expected.SerializeToString()  # canonical: as protobuf itself writes it
