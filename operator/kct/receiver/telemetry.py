@@ -2,8 +2,9 @@
 
     ingress   HTTP: http.server.request.duration, http.server.active_requests,
               http.server.request.body.size, and every refusal by reason (kct.receiver.rejections)
-    pipeline  per stage timings (decompress, decode, sanitize incl. re-encoding), points accepted/rejected,
-              private attributes dropped, rate-limit and quota state and throttle time
+    pipeline  per stage timings (decompress, decode, sanitize incl. re-encoding, attribute), points
+              accepted/rejected, private attributes dropped, rate-limit and quota state and throttle time,
+              pushes by attribution outcome (when attribution is on)
     sink      messaging.client.operation.duration, messaging.client.sent.messages, in-flight records,
               Kafka readiness
 
