@@ -98,6 +98,28 @@ objects it renders, by name, each with an ownerReference to its TelemetryReceive
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# why: pod attribution (spec.receiver.attribution): the receivers' own ServiceAccount, a child like the others.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# why: pod attribution: the Role and RoleBinding that let a receiver's ServiceAccount read pods, replicasets
+# and jobs in its own namespace, children like the others.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# why: pod attribution: Kubernetes lets the operator grant a receiver's Role only rights it holds itself
+# (RBAC escalation prevention); the operator never reads pods, replicasets or jobs.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+# why: pod attribution, as for pods: held only to be granted to receivers.
+- apiGroups: ["apps"]
+  resources: ["replicasets"]
+  verbs: ["get", "list", "watch"]
+# why: pod attribution, as for pods: held only to be granted to receivers.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch"]
 {{- if .Values.rbac.sparkApplications }}
 # why: the aggregation's (Scheduled)SparkApplications (spec.aggregation), managed like the other children;
 # watched for the state the spark-operator writes into them.

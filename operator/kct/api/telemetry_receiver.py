@@ -304,7 +304,9 @@ class TelemetryReceiverSpec(SpecModel):
     affinity: KubeObject | None = None
     """core/v1 Affinity, copied to the pod as given."""
     service_account_name: str | None = Field(default=None, max_length=253)
-    """Service account of the receiver pods (they call no Kubernetes API; default: the namespace's default)."""
+    """Service account of the receiver pods. Absent: `<name>-receiver`, created by the operator when
+    `receiver.attribution` is enabled (the pods read pods, ReplicaSets and Jobs), else the namespace's default
+    (the pods then call no Kubernetes API and mount no token)."""
     receiver: ReceiverSettings = ReceiverSettings()
     """The receiver's settings."""
     kafka: KafkaConnection | None = None

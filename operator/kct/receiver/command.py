@@ -12,12 +12,14 @@ import asyncio
 import gc
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from kct.receiver.config import ReceiverConfig
     from kct.receiver.kafka_sink import KafkaSink
+    from kct.receiver.server import ReceiverServer
 
 __all__ = ["GC_GEN0_THRESHOLD", "event_loop_factory", "kafka_sink", "register", "run", "tune_gc"]
 
@@ -66,10 +68,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"kct receiver: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
     server = ReceiverServer(config, sink, token=token)
+    stop_attribution = _start_attribution(config, server)
     tune_gc()
-    with asyncio.Runner(loop_factory=event_loop_factory(config.runtime.event_loop)) as runner:
-        runner.run(server.run_until_signalled())
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory(config.runtime.event_loop)) as runner:
+            runner.run(server.run_until_signalled())
+    finally:
+        if stop_attribution is not None:
+            stop_attribution.set()
     return 0
+
+
+def _start_attribution(config: ReceiverConfig, server: ReceiverServer) -> threading.Event | None:
+    """The watch feeding the pipeline's pod index (None when attribution is off or not in Kubernetes)."""
+    attributor = server.pipeline.attributor
+    if attributor is None:
+        return None
+    from kct.attribution.kube_source import start_in_cluster
+
+    return start_in_cluster(config.attribution, attributor.index)
 
 
 def kafka_sink(config: ReceiverConfig) -> KafkaSink:

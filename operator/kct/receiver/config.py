@@ -19,11 +19,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from kct.attribution.config import AttributionConfig
 from kct.configfile import ConfigError, read_yaml, validate_document
 from kct.models import StrictModel
 
 __all__ = [
     "DEFAULT_PRIVATE_ATTRIBUTE_PATTERNS",
+    "AttributionConfig",
     "AuthConfig",
     "ConfigError",
     "ConnectionsConfig",
@@ -389,6 +391,8 @@ class ReceiverTuning(StrictModel):
     """Graceful drain on SIGTERM."""
     runtime: RuntimeConfig = RuntimeConfig()
     """Event loop and Kafka delivery-report wake-up (how the process runs; same answers either way)."""
+    attribution: AttributionConfig = AttributionConfig()
+    """Which Kubernetes workload sent each push (pod, owner, selected labels) as resource attributes."""
 
     def tuning(self) -> dict[str, Any]:
         """The tuned sections by field name (for building a `ReceiverConfig` from a subclass)."""

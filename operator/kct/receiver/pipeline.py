@@ -5,7 +5,8 @@ Order (cheapest refusals first, nothing written unless everything passed):
     labels from headers -> push-interval rate limit (when the broker named the instance)
     -> decompress (bounded) -> in-flight bytes budget -> decode -> client instance id fallback
     -> rate limit (otherwise) -> quotas -> validate + drop private attributes
-    -> value (the sender's bytes when untouched) -> sink, await Kafka's acknowledgement
+    -> value (the sender's bytes when untouched) -> attribution (resource attributes, when it finds any)
+    -> sink, await Kafka's acknowledgement
 
 The client instance id (record key) comes from, in order: the broker plugin's `kct-client-instance-id`
 header; the resource attributes `client_instance_id`, `client.instance.id`, `service.instance.id`; else a
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
+from kct.attribution.attributor import Attributor
+from kct.attribution.resource_bytes import with_resource_attributes
 from kct.otlp import labels as L
 from kct.receiver.codec import Negotiated, decode_request, decompress
 from kct.receiver.config import ReceiverConfig
@@ -145,6 +148,10 @@ class Pipeline:
         self._monotonic_ms = monotonic_ms
         self._wall_ms = wall_ms
         self._push_ids = _PushIds()
+        # Fed by the watch `kct.attribution.kube_source.start_in_cluster` starts on `attributor.index`.
+        self.attributor = Attributor(config.attribution) if config.attribution.enabled else None
+        if self.attributor is not None:
+            telemetry.track_attribution()
         telemetry.track_state(lambda: len(self.limiter), lambda: len(self.quotas))
 
     async def process(self, push: Push) -> PushOutcome:
@@ -210,6 +217,7 @@ class Pipeline:
             del request
             t4 = perf()
             tel.stage("sanitize", t4 - t3)
+            value, modified = self._attribute(value, modified, headers, principal, client_id, received_ms)
 
             record_headers.extend(
                 (
@@ -238,6 +246,24 @@ class Pipeline:
                 self.limiter.release(box.ticket)
             if box.reserved:
                 self.admission.release(box.reserved)
+
+    def _attribute(
+        self, value: bytes, modified: bool, headers: Mapping[str, str], principal: str | None, client_id: str,
+        at_ms: int,
+    ) -> tuple[bytes, bool]:
+        """(value, modified) with the resource attributes naming the push's workload, when found; the outcome
+        is counted either way. Off: as given."""
+        if self.attributor is None:
+            return value, modified
+        started = time.perf_counter()
+        raw = headers.get(L.CLIENT_SOURCE_ADDRESS.http_header)
+        address = L.decode_header_value(raw) if raw else None  # `_broker_labels` has checked it decodes
+        found = self.attributor.attribute(address, principal, client_id, at_ms)
+        self.telemetry.attributed(found.outcome)
+        if found.attributes:
+            value, modified = with_resource_attributes(value, found.attributes), True
+        self.telemetry.stage("attribute", time.perf_counter() - started)
+        return value, modified
 
     def _untouched(self, data: bytes, eligible: bool) -> SanitizeResult | None:
         """The native path's result for protobuf bytes it proves parsable and in need of no change."""

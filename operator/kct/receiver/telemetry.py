@@ -3,8 +3,9 @@
     ingress   HTTP: http.server.request.duration, http.server.active_requests,
               http.server.request.body.size, every refusal by reason (kct.receiver.rejections), open
               connections and the connections the receiver closed, by reason (kct.receiver.connections.*)
-    pipeline  per stage timings (decompress, decode, sanitize incl. re-encoding), points accepted/rejected,
-              private attributes dropped, rate-limit and quota state and throttle time
+    pipeline  per stage timings (decompress, decode, sanitize incl. re-encoding, attribute), points
+              accepted/rejected, private attributes dropped, rate-limit and quota state and throttle time,
+              pushes by attribution outcome (when attribution is on)
     sink      messaging.client.operation.duration, messaging.client.sent.messages, in-flight records,
               Kafka readiness
 
@@ -122,6 +123,7 @@ class Telemetry:
         self.push_accepted: Callable[[int, int, int, bool], None] = _noop
         self.throttled: Callable[[str, float], None] = _noop
         self.sent: Callable[[float, str | None], None] = _noop
+        self.attributed: Callable[[str], None] = _noop
         if config.ingress:
             self._ingress()
         if config.pipeline:
@@ -265,6 +267,31 @@ class Telemetry:
         self.stage = stage_done
         self.push_accepted = push_accepted
         self.throttled = throttled
+
+    def track_attribution(self) -> None:
+        """kct.receiver.attribution.pushes by outcome (pipeline layer, when attribution is on): `attributed`
+        (source `pod` or `rule`), `ambiguous` (a node address shared by hostNetwork pods), `unattributed`
+        (outside the cluster, SNAT, unknown)."""
+        if not self.config.pipeline:
+            return
+        pushes = _Counter(
+            "kct_receiver_attribution_pushes",
+            "Pushes by attribution outcome (kct.receiver.attribution.pushes).",
+            ["outcome", "source"],
+        )
+        self.registry.register(_Families(pushes))
+        keys = {
+            "pod": ("attributed", "pod"), "rule": ("attributed", "rule"),
+            "ambiguous": ("ambiguous", ""), "unattributed": ("unattributed", ""),
+        }
+        for key in keys.values():
+            pushes.inc(key, 0.0)
+        values = pushes.values
+
+        def attributed(outcome: str) -> None:
+            values[keys[outcome]] += 1
+
+        self.attributed = attributed
 
     def track_state(self, rate_limited_clients: Callable[[], int], quota_entities: Callable[[], int]) -> None:
         """Gauges read at scrape time (pipeline layer)."""

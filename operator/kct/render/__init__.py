@@ -9,6 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from kct.render.attribution_rbac import (
+    render_attribution_role,
+    render_attribution_role_binding,
+    render_receiver_service_account,
+)
 from kct.render.params import ReceiverParams
 from kct.render.receiver_workload import (
     render_receiver_configmap,
@@ -32,6 +37,9 @@ Builder = Callable[[ReceiverParams], dict[str, Any] | None]
 BUILDERS: Final[tuple[Builder, ...]] = (
     render_receiver_configmap,
     render_token_secret,
+    render_receiver_service_account,
+    render_attribution_role,
+    render_attribution_role_binding,
     render_receiver_deployment,
     render_receiver_service,
     render_receiver_pdb,
@@ -46,6 +54,9 @@ BUILDERS: Final[tuple[Builder, ...]] = (
 CHILD_KINDS: Final[tuple[tuple[str, str], ...]] = (
     ("v1", "ConfigMap"),
     ("v1", "Secret"),
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("apps/v1", "Deployment"),
     ("v1", "Service"),
     ("policy/v1", "PodDisruptionBudget"),

@@ -11,6 +11,7 @@ import base64
 import copy
 from typing import Any
 
+from kct.render.attribution_rbac import receiver_service_account
 from kct.render.names import COMPONENT_RECEIVER, CONFIG_HASH_ANNOTATION, child_labels, selector_labels
 from kct.render.params import (
     OTLP_PORT,
@@ -134,7 +135,8 @@ def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
     spec = params.spec
     selector = selector_labels(params.name, COMPONENT_RECEIVER)
     pod_spec: dict[str, Any] = {
-        "automountServiceAccountToken": False,
+        # The token only when attribution reads the API (the receiver calls it for nothing else).
+        "automountServiceAccountToken": spec.receiver.attribution.enabled,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS_USER,
@@ -158,8 +160,9 @@ def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
             "name": "token",
             "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": 0o440},
         })
-    if spec.service_account_name:
-        pod_spec["serviceAccountName"] = spec.service_account_name
+    account = receiver_service_account(params)
+    if account is not None:
+        pod_spec["serviceAccountName"] = account
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:

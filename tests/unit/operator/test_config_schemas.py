@@ -29,6 +29,7 @@ TUNED_RECEIVER: dict[str, Any] = {
     "logging": {"level": "DEBUG", "format": "text"},
     "shutdown": {"drainTimeoutMs": 1234},
     "runtime": {"eventLoop": "asyncio", "deliveryWakeup": "thread"},
+    "attribution": {"namespaces": ["apps"], "rules": [{"principal": "User:etl", "attributes": {"k8s.job.name": "x"}}]},
 }
 TUNED_AGGREGATION: dict[str, Any] = {
     "window": {"sizeSeconds": 30, "watermarkSeconds": 10, "counterLookbackWindows": 7},

@@ -25,7 +25,11 @@ _NAMESPACED: frozenset[tuple[str, str, str]] = frozenset(
         ("", "configmaps"), ("", "secrets"), ("", "services"), ("apps", "deployments"),
         ("policy", "poddisruptionbudgets"), ("autoscaling", "horizontalpodautoscalers"),
         ("networking.k8s.io", "networkpolicies"), ("sparkoperator.k8s.io", "sparkapplications"),
-        ("sparkoperator.k8s.io", "scheduledsparkapplications")] for verb in _MANAGE}
+        ("sparkoperator.k8s.io", "scheduledsparkapplications"), ("", "serviceaccounts"),
+        ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings")] for verb in _MANAGE}
+    # pod attribution: held only so the operator may grant them to the receivers' Role
+    | {(group, resource, verb) for group, resource in [("", "pods"), ("apps", "replicasets"), ("batch", "jobs")]
+       for verb in _READ}
 )
 _CRDS = frozenset(("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in _READ)
 _NAMESPACES = frozenset(("", "namespaces", verb) for verb in _READ)

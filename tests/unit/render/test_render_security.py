@@ -34,14 +34,33 @@ def params(spec: dict[str, Any] | None = None) -> ReceiverParams:
 # ------------------------------------------------------------------------------------- receiver pods
 
 
-@pytest.mark.parametrize("spec", [{}, {"serviceAccountName": "receivers"}], ids=["default", "own-account"])
-def test_receiver_pods_never_mount_an_api_token(spec: dict[str, Any]) -> None:
-    """Given a receiver with or without its own ServiceAccount, When its Deployment is rendered, Then the pods
-    do not mount a Kubernetes API token (the receiver calls no Kubernetes API)."""
+OFF = {"receiver": {"attribution": {"enabled": False}}}
+
+
+@pytest.mark.parametrize("spec", [OFF, {**OFF, "serviceAccountName": "receivers"}], ids=["default", "own-account"])
+def test_receiver_pods_mount_no_api_token_without_attribution(spec: dict[str, Any]) -> None:
+    """Given a receiver with attribution off, with or without its own ServiceAccount, When its Deployment is
+    rendered, Then the pods do not mount a Kubernetes API token (nothing in the receiver calls the API)."""
     pod = render_receiver_deployment(params(spec))["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod.get("serviceAccountName") == spec.get("serviceAccountName")
     assert not any(v.get("projected") or "serviceAccountToken" in str(v) for v in pod["volumes"])
+
+
+def test_with_attribution_the_token_is_the_receivers_own_minimal_account() -> None:
+    """Given attribution on (the default), When the children are rendered, Then the pods mount the token of
+    the receiver's own ServiceAccount, whose Role only reads pods, replicasets and jobs."""
+    children = render_children(params())
+    pod = render_receiver_deployment(params())["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    (account,) = [m for m in children if m["kind"] == "ServiceAccount"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"] != "default"
+    (role,) = [m for m in children if m["kind"] == "Role"]
+    grants = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+              for resource in rule["resources"] for verb in rule["verbs"]}
+    assert grants == {(group, resource, verb) for group, resource in (("", "pods"), ("apps", "replicasets"),
+                                                                      ("batch", "jobs"))
+                      for verb in ("get", "list", "watch")}
 
 
 def test_network_policy_is_on_by_default_and_opens_only_the_otlp_port() -> None:
