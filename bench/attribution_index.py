@@ -71,7 +71,8 @@ def push_bytes() -> bytes:
             dp.time_unix_nano, dp.as_int = NOW_MS * 1_000_000, p
             kv = dp.attributes.add()
             kv.key, kv.value.string_value = "topic", f"orders-{p}"
-    return request.SerializeToString()
+    serialized: bytes = request.SerializeToString()
+    return serialized
 
 
 def build(pods: int) -> tuple[Attributor, int, int]:
