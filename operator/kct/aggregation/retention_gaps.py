@@ -11,16 +11,31 @@ markers, compaction) are not retention's and are not counted. A partition the to
 from offset 0; a new checkpoint expects nothing (it starts where `startingOffsets` says).
 
 `skipped_offsets` and `next_offsets` are pure; `offsets_read` is the one Spark job that feeds them.
+`SkippedOffsetsMetric` is the total as a metric of the job: a counter `kct_aggregation.skippedOffsets` in the
+driver's Spark metrics system, so whatever sink the deployment configures (the driver UI's `/metrics/json`,
+JMX, Spark's PrometheusServlet) exports it next to Spark's own streaming metrics.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
+from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import functions as F
 
-__all__ = ["describe_skipped", "next_offsets", "offsets_read", "skipped_offsets"]
+__all__ = [
+    "METRIC_NAME",
+    "METRIC_SOURCE",
+    "SkippedOffsetsMetric",
+    "describe_skipped",
+    "next_offsets",
+    "offsets_read",
+    "skipped_offsets",
+]
+
+METRIC_SOURCE = "kct_aggregation"
+METRIC_NAME = "skippedOffsets"
 
 
 def skipped_offsets(expected: Mapping[int, int] | None, first_read: Mapping[int, int]) -> dict[int, int]:
@@ -53,3 +68,55 @@ def offsets_read(records: Any) -> tuple[dict[int, int], dict[int, int]]:
 def describe_skipped(skipped: Mapping[int, int]) -> str:
     """`partition 0: 120, partition 3: 7` for the log."""
     return ", ".join(f"partition {partition}: {count}" for partition, count in sorted(skipped.items()))
+
+
+class _MetricSource:
+    """Spark's `metrics.source.Source`, implemented in Python through Py4J's callback server: Spark asks it
+    its name and registry when it registers it (and when it looks sources up by name); the counter itself
+    lives in the JVM."""
+
+    def __init__(self, registry: Any) -> None:
+        self._registry = registry
+
+    def sourceName(self) -> str:  # the Java interface's names
+        return METRIC_SOURCE
+
+    def metricRegistry(self) -> Any:
+        return self._registry
+
+    class Java:
+        implements: ClassVar[list[str]] = ["org.apache.spark.metrics.source.Source"]
+
+
+class SkippedOffsetsMetric:
+    """The offsets retention took from the stream since its checkpoint began, as a counter of the driver's
+    metrics system (`<app id>.driver.kct_aggregation.skippedOffsets`). Set from the stream state's running
+    total, so it says the same after a driver restart. Without a JVM gateway (Spark Connect) it does nothing:
+    the WARNING log and the state still carry the count."""
+
+    def __init__(self, spark: Any) -> None:
+        self._counter: Any = None
+        try:
+            jvm = spark.sparkContext._jvm
+            gateway = spark.sparkContext._gateway
+        except AttributeError:  # no JVM gateway: nothing to register with
+            return
+        metrics = jvm.org.apache.spark.SparkEnv.get().metricsSystem()
+        found = metrics.getSourcesByName(METRIC_SOURCE)
+        if found.size():  # registered by an earlier query of this driver: one counter per driver
+            registry = found.apply(0).metricRegistry()
+        else:
+            ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
+            registry = jvm.com.codahale.metrics.MetricRegistry()
+            metrics.registerSource(_MetricSource(registry))
+        self._counter = registry.counter(METRIC_NAME)
+
+    def set_total(self, total: int) -> None:
+        """The counter to `total` (a counter only moves by increments: the difference)."""
+        if self._counter is not None:
+            self._counter.inc(total - int(self._counter.getCount()))
+
+    @property
+    def value(self) -> int | None:
+        """The counter as the metrics system has it (None without a JVM)."""
+        return None if self._counter is None else int(self._counter.getCount())

@@ -8,8 +8,8 @@ terminations (stateless, from the same cached micro-batch: a second query read t
 them). Checkpoints keep offsets and state.
 
 Retention: the source does not fail when the topic's retention deleted offsets the stream had not read yet
-(failOnDataLoss=false); each micro-batch counts them (kct.aggregation.retention_gaps), logs them at WARNING and
-keeps the running total in the stream state.
+(failOnDataLoss=false); each micro-batch counts them (kct.aggregation.retention_gaps), logs them at WARNING, keeps the
+running total in the stream state and sets the driver's metric `kct_aggregation.skippedOffsets` to it.
 
 Delivery: each of a micro-batch's outputs is marked written per batch id once written (`write_once`), so a
 batch replayed after a crash writes only what it had not. A Parquet append goes through a staging folder
@@ -30,7 +30,13 @@ from kct.aggregation.client_windows import with_push_times
 from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import jvm_points
 from kct.aggregation.outputs import append_once, concurrently, files_for, send_to_kafka
-from kct.aggregation.retention_gaps import describe_skipped, next_offsets, offsets_read, skipped_offsets
+from kct.aggregation.retention_gaps import (
+    SkippedOffsetsMetric,
+    describe_skipped,
+    next_offsets,
+    offsets_read,
+    skipped_offsets,
+)
 from kct.aggregation.rollups_jvm import rollups_of
 from kct.aggregation.session import require_jvm_engine
 from kct.aggregation.source import read_records
@@ -144,6 +150,7 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
     per batch id; and the stream state, saved with them, before Spark commits the batch."""
     store = state_store(spark, cfg)
     span = alerts_span(cfg)
+    skipped_metric = SkippedOffsetsMetric(spark)
 
     def step_of(records: Any, previous: StreamState) -> Advance:
         # How many records may hold a termination, counted in advance_records' first job: none (the usual
@@ -160,6 +167,7 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
             first_read, last_read = offsets_read(records)
             skipped = skipped_offsets(previous.next_offsets, first_read)
             skipped_total = previous.skipped_offsets + sum(skipped.values())
+            skipped_metric.set_total(skipped_total)
             if skipped:
                 log.warning("batch %d: %d offsets skipped, deleted by the topic's retention before the job read them "
                             "(%s); %d since the checkpoint began", batch_id, sum(skipped.values()),

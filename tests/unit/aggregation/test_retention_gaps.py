@@ -12,7 +12,14 @@ import pytest
 from aggregation_helpers import point, records_df
 
 from kct.aggregation.config import AggregationConfig, ParquetOutputConfig, RunConfig, SourceConfig, WindowConfig
-from kct.aggregation.retention_gaps import describe_skipped, next_offsets, offsets_read, skipped_offsets
+from kct.aggregation.retention_gaps import (
+    METRIC_NAME,
+    METRIC_SOURCE,
+    describe_skipped,
+    next_offsets,
+    offsets_read,
+    skipped_offsets,
+)
 from kct.aggregation.stream import StateStore, StreamState
 from kct.aggregation.stream_writer import metrics_batch_writer, state_store
 
@@ -101,3 +108,7 @@ def test_the_writer_warns_of_offsets_retention_took_and_keeps_the_total_across_a
         "8 since the checkpoint began")
     state = state_store(spark, cfg).load(2)
     assert (state.skipped_offsets, state.next_offsets) == (8, {0: 12})
+    # The metric: the counter the driver's Spark metrics system exports (its sinks: /metrics/json, JMX, ...).
+    sources = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get().metricsSystem().getSourcesByName(METRIC_SOURCE)
+    assert sources.size() == 1
+    assert sources.apply(0).metricRegistry().getCounters().get(METRIC_NAME).getCount() == 8
