@@ -47,6 +47,7 @@ from kct.controller.kernel import (
 from kct.controller.reasons import KAFKA_PROBLEMS, apply_stop, connection_stop, invalid_spec_stop, kafka_stop
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
 from kct.kafka.topics import (
+    DEFAULT_REPLICATION_FACTOR,
     MIN_INSYNC_REPLICAS,
     Durability,
     TopicAdmin,
@@ -437,7 +438,8 @@ def _replication_condition(plan: ReceiverPlan, topic: TopicResult, conditions: C
     reason = Reason.REPLICATION_MATCHES
     if durability.replication_differs is not None:
         has, asked = durability.replication_differs
-        default = " (the default: min(3, brokers))" if spec_topic.replication_factor is None else ""
+        defaulted = spec_topic.replication_factor is None
+        default = f" (the default: min({DEFAULT_REPLICATION_FACTOR}, brokers))" if defaulted else ""
         problems.append(
             f"spec.topic.replicationFactor: topic {spec_topic.name!r} has {has} replicas per partition, the spec "
             f"asks for {asked}{default} on {durability.brokers} broker(s); Kafka does not change an existing "
