@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from lanes import lane_of
 from preconditions import missing_precondition
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,6 +79,15 @@ def _stack_running() -> bool:
         return False
     out = subprocess.run([sys.executable, str(STACK_SCRIPT), "status"], capture_output=True, text=True)
     return out.returncode == 0 and "stopped" not in out.stdout
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the lane markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every e2e test with its lane (tests/lanes.py), from its fixture closure, so a new test lands in the
+    right lane of dev/tools/pytest_phases.py without being told."""
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(getattr(pytest.mark, lane_of(getattr(item, "fixturenames", ()))))
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,17 @@
-"""Run the test suite as two pytest sessions at once: the end-to-end tests and the rest.
+"""Run the test suite as three pytest sessions at once, one per lane: the end-to-end tests on the node stack,
+the end-to-end tests on the loopback stack together with those that start their own servers, and the rest.
 
-Why two at once: most of the end-to-end phase waits (pods starting, clients pushing at their interval,
-brokers restarting) while the unit phase is mostly Spark computing on the CPU. Run one after the other, the
-unit phase's CPU and the end-to-end phase's waiting never overlap; run side by side, they do. The unit phase
-runs at a lower CPU priority (nice), so the end-to-end tests, whose deadlines are in wall-clock time, get the
-CPU first and the unit phase takes what they leave.
+Why side by side: most of the end-to-end work waits (pods starting, clients pushing at their interval, brokers
+restarting) while the unit tests are mostly Spark computing on the CPU; the two stacks are separate servers on
+separate ports, so their tests do not share state either. Run one after the other, the waiting and the computing
+never overlap; run side by side, they do. The unit lane runs at a lower CPU priority (nice), so the end-to-end
+tests, whose deadlines are in wall-clock time, get the CPU first and the unit lane takes what they leave.
+tests/conftest.py sorts every e2e test into its lane from its fixtures (markers node_stack, loopback_stack,
+standalone).
 
-Each phase writes its JUnit XML under build/ and prints its own 25 slowest tests; every output line is prefixed
-with its phase. The exit status is the first non-zero of the two (0 when both pass); with arguments that narrow
-the run, a phase left with no test to run counts as passed.
+Each lane writes its JUnit XML under build/ and prints its own 25 slowest tests; every output line is prefixed
+with its lane. The exit status is the first non-zero of the lanes (0 when all pass); with arguments that narrow
+the run, a lane left with no test to run counts as passed.
 
     python dev/tools/pytest_phases.py [PYTEST_ARGS...]
 """
@@ -45,23 +48,30 @@ class Phase:
     options: tuple[str, ...] = ()
 
 
+UNIT = Phase("unit", "not e2e", UNIT_NICENESS, (f"--timeout={UNIT_TIMEOUT_S}",))
 PHASES = (
-    Phase("e2e", "e2e", 0),
-    Phase("unit", "not e2e", UNIT_NICENESS, (f"--timeout={UNIT_TIMEOUT_S}",)),
+    Phase("node", "e2e and node_stack", 0),
+    Phase("loopback", "e2e and not node_stack", 0),
+    UNIT,
 )
 
 
-def _command(phase: Phase, extra: list[str]) -> list[str]:
+# `--checks`: the checks that need no server (lint, the JUnit suites) run first in the unit lane instead of
+# before every lane, so the end-to-end lanes, the longest, start minutes earlier.
+CHECKS = ("make", "--no-print-directory", "lint", "plugin-test", "aggregation-jvm-test")
+
+
+def _pytest(phase: Phase, extra: list[str]) -> list[str]:
     pytest = REPO / ".venv" / "bin" / "pytest"
     return [str(pytest), "-m", phase.marker, "--durations=25",
             f"--junitxml={BUILD / f'pytest-junit-{phase.name}.xml'}", *phase.options, *extra]
 
 
-def _run(phase: Phase, argv: list[str], started: float, lock: threading.Lock, codes: dict[str, int]) -> None:
-    """Run one phase, copying its output to ours line by line with the phase's name in front (the two phases
-    interleave by lines, never within one), and record its exit status."""
+def _stream(phase: Phase, command: list[str], lock: threading.Lock) -> int:
+    """Run one command of a lane, copying its output to ours line by line with the lane's name in front (the
+    lanes interleave by lines, never within one); its exit status."""
     proc = subprocess.Popen(
-        _command(phase, argv), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=functools.partial(os.nice, phase.niceness) if phase.niceness else None,
     )
     assert proc.stdout is not None
@@ -69,23 +79,39 @@ def _run(phase: Phase, argv: list[str], started: float, lock: threading.Lock, co
         with lock:
             sys.stdout.write(f"[{phase.name}] {line}")
             sys.stdout.flush()
-    codes[phase.name] = proc.wait()
-    with lock:
-        print(f"[{phase.name}] pytest -m '{phase.marker}' exited {codes[phase.name]} after "
-              f"{time.monotonic() - started:.0f} s", flush=True)
+    return proc.wait()
+
+
+def _run(phase: Phase, commands: list[tuple[str, list[str]]], started: float, lock: threading.Lock,
+         codes: dict[str, int]) -> None:
+    """Run a lane's commands one after the other (all of them, so one run reports every failure) and record
+    the first non-zero exit status (the last command's, pytest's, when all pass)."""
+    status = 0
+    for label, command in commands:
+        code = _stream(phase, command, lock)
+        with lock:
+            print(f"[{phase.name}] {label} exited {code} after {time.monotonic() - started:.0f} s", flush=True)
+        status = status or code
+    codes[phase.name] = status
 
 
 def main(argv: list[str]) -> int:
+    checks = "--checks" in argv
+    argv = [arg for arg in argv if arg != "--checks"]
     BUILD.mkdir(exist_ok=True)
     lock = threading.Lock()
     started = time.monotonic()
     codes: dict[str, int] = {}
-    threads = [threading.Thread(target=_run, args=(phase, argv, started, lock, codes)) for phase in PHASES]
+    threads = []
+    for phase in PHASES:
+        commands = [(" ".join(CHECKS), list(CHECKS))] if checks and phase is UNIT else []
+        commands.append((f"pytest -m '{phase.marker}'", _pytest(phase, argv)))
+        threads.append(threading.Thread(target=_run, args=(phase, commands, started, lock, codes)))
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    if argv:  # a narrowed run (`make pytest PYTEST_ARGS=tests/unit/...`) may leave one phase with nothing to run
+    if argv:  # a narrowed run (`make pytest PYTEST_ARGS=tests/unit/...`) may leave one lane with nothing to run
         codes = {name: 0 if code == NO_TESTS_COLLECTED else code for name, code in codes.items()}
     return next((codes[p.name] for p in PHASES if codes.get(p.name, 1) != 0), 0)
 

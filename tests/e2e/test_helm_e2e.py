@@ -157,6 +157,8 @@ def test_service_account_can_do_exactly_what_the_operator_needs(cluster: Cluster
     for verb, resource, namespace in [("get", "secrets", release.unwatched),
                                       ("list", "clientmetricssubscriptions.telemetry.kct.dev", release.unwatched),
                                       ("get", "secrets", release.namespace),
+                                      # kopf only patches: no replacing a resource
+                                      ("update", "clientmetricssubscriptions.telemetry.kct.dev", release.watched),
                                       ("list", "secrets", None),
                                       ("create", "clusterroles.rbac.authorization.k8s.io", None),
                                       ("delete", "namespaces", None),
@@ -205,6 +207,41 @@ def test_service_account_token_is_refused_outside_its_rbac(cluster: Cluster, rel
     cluster.kubectl("create", "secret", "generic", "kafka-watched", "-n", release.watched,
                     "--from-literal=client.properties=security.protocol=PLAINTEXT")
     cluster.kubectl("get", "secret", "kafka-watched", "-n", release.watched, kubeconfig=service_account_kubeconfig)
+
+
+def test_service_account_writes_only_objects_the_operator_owns(cluster: Cluster, release: Release,
+                                                              service_account_kubeconfig: Path) -> None:
+    """Given the chart's admission policy, when the operator's ServiceAccount writes ConfigMaps in the watched
+    namespace, then one labelled managed-by=kct-operator may be created, changed and deleted, while creating
+    an unlabelled one, or relabelling or deleting someone else's, is refused with the policy's message; the
+    administrator is not affected."""
+    owned, foreign = unique("kct-owned"), unique("kct-foreign")
+    labelled = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"},
+                "metadata": {"name": owned, "namespace": release.watched,
+                             "labels": {"app.kubernetes.io/managed-by": "kct-operator"}}}
+
+    def as_operator(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        result: subprocess.CompletedProcess[str] = cluster.kubectl(
+            *args, "-n", release.watched, kubeconfig=service_account_kubeconfig, check=False, stdin=stdin)
+        return result
+
+    def refused_create() -> subprocess.CompletedProcess[str] | None:
+        attempt = as_operator("create", "configmap", foreign, "--from-literal=a=1")
+        if attempt.returncode == 0:  # the API server compiles a new policy asynchronously: not active yet
+            cluster.kubectl("delete", "configmap", foreign, "-n", release.watched)
+            return None
+        return attempt
+
+    refused = eventually(refused_create, timeout=30, what="the admission policy to refuse an unlabelled ConfigMap")
+    assert "managed-by=kct-operator" in refused.stderr, refused.stderr
+    assert as_operator("apply", "-f", "-", stdin=yaml.safe_dump(labelled)).returncode == 0
+    assert as_operator("patch", "configmap", owned, "--type=merge", "-p", '{"data":{"a":"2"}}').returncode == 0
+    assert as_operator("delete", "configmap", owned).returncode == 0
+    cluster.kubectl("create", "configmap", foreign, "-n", release.watched, "--from-literal=a=1")
+    relabel = as_operator("label", "configmap", foreign, "app.kubernetes.io/managed-by=kct-operator")
+    assert relabel.returncode != 0 and "objects it created" in relabel.stderr, relabel.stderr
+    assert as_operator("delete", "configmap", foreign).returncode != 0
+    cluster.kubectl("delete", "configmap", foreign, "-n", release.watched)
 
 
 def test_operator_with_the_service_account_token_reconciles_a_subscription(

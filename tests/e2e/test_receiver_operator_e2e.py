@@ -98,6 +98,7 @@ def children_of(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
             ("configmap", base),
             ("poddisruptionbudget", base),
             ("horizontalpodautoscaler", base),
+            ("networkpolicy", base),
             ("secret", f"{name}-token"),
         ]
     }
@@ -107,8 +108,8 @@ def test_example_creates_every_child_and_the_topic(
     kubectl: Kubectl, stack: Any, operator: OperatorProcess, spark_crds: None, namespace: str
 ) -> None:
     """Given the operator and the spark-operator CRDs, When `kubectl apply -f examples/telemetryreceiver.yaml`,
-    Then the Deployment (and the controller manager's ReplicaSet), Service, ConfigMap, token Secret, PDB, HPA
-    and a SparkApplication the API server accepted exist; the topic exists with the requested partitions;
+    Then the Deployment (and the controller manager's ReplicaSet), Service, ConfigMap, token Secret, PDB, HPA,
+    NetworkPolicy and a SparkApplication the API server accepted exist; the topic exists with the requested partitions;
     status has the endpoint, observedGeneration and an honest Ready=False/RolloutInProgress (no kubelet)."""
     manifest = example_manifest(stack)
     if stack.kafka_bootstrap == "127.0.0.1:19092":

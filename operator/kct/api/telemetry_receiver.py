@@ -301,12 +301,18 @@ class PodDisruptionBudgetSpec(SpecModel):
 
 
 class NetworkPolicySpec(SpecModel):
-    """A NetworkPolicy limiting who may reach the receiver's port."""
+    """The NetworkPolicy of the receiver pods (on by default): ingress only to the OTLP port, which also
+    serves the metrics. Its peers are networking/v1 NetworkPolicyPeer entries (namespaceSelector,
+    podSelector, ipBlock); brokers outside the cluster or on the host network need an `ipBlock`."""
 
-    enabled: bool = False
+    enabled: bool = True
+    """False: no NetworkPolicy (any pod may reach every port of the receivers)."""
     from_: list[KubeObject] = Field(default_factory=list, alias="from")
-    """networking/v1 NetworkPolicyPeer entries allowed to push (e.g. the brokers' namespace); empty = anyone.
-    The metrics port stays open to every pod for scraping."""
+    """Peers allowed to push (the brokers). Empty = any source may reach the OTLP port (the default: the
+    operator cannot know where the brokers run); other ports stay closed."""
+    metrics_from: list[KubeObject] = Field(default_factory=list)
+    """Peers allowed to scrape the metrics (the Prometheus pods), when `from` is set. The receiver serves
+    `/metrics` on its OTLP port, so these peers reach that port too; pushes still need the token."""
 
 
 class TelemetryReceiverSpec(SpecModel):

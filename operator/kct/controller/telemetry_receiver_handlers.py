@@ -18,6 +18,11 @@ bring the topic back after the resource is gone. So every reconcile and the dele
 receiver; a reconcile holding it skips a resource being deleted, and an event's reconcile reads the owner
 only once it holds the lock.
 
+The child and application watches pass `children_selector()` to the API server (kopf's
+`settings.watching.label_selectors`, set at startup before any watch starts): the operator never receives a
+Secret or ConfigMap it did not create. Secrets that a spec references (`spec.kafka.secretRef`, a push
+token's Secret) are read by name when needed, never watched, so they need no label.
+
 The finalizer, progress annotations and login are configured by the subscription handlers'
 startup handler (`kct.controller.subscription_handlers`); `kct.controller.runner.register_handlers`, the one entry point
 `kct operator` uses, registers both controllers together.
@@ -45,7 +50,7 @@ from kct.controller.telemetry_receiver import (
     reconcile_receiver,
 )
 from kct.kafka.topics import TopicAdmin
-from kct.render.names import MANAGED_BY, OWNER_LABEL
+from kct.render.names import MANAGED_BY, OWNER_LABEL, children_selector
 
 __all__ = ["PLURAL", "ReceiverHandlers", "register_receiver_handlers", "topic_admin_factory"]
 
@@ -118,7 +123,7 @@ class ReceiverHandlers:
         kopf.timer(*resource, id="resync", interval=interval, initial_delay=interval, registry=registry)(self.resync)
         kopf.on.delete(*resource, id="delete", registry=registry)(self.on_delete)
         labels: dict[str, Any] = {"app.kubernetes.io/managed-by": MANAGED_BY, OWNER_LABEL: kopf.PRESENT}
-        for group, version, plural in _WATCHED_CHILDREN:
+        for group, version, plural in _WATCHED_CHILDREN:  # server-side selectors: see `configure`
             kopf.on.event(group, version, plural, labels=labels, id=f"child-{plural}", registry=registry)(
                 self.child_changed
             )
@@ -128,10 +133,20 @@ class ReceiverHandlers:
                     self.application_changed
                 )
 
-    def configure(self, memo: kopf.Memo, **_: Any) -> None:
-        """Startup: the Kubernetes client and the pool of topic admins, unless the memo has them (tests)."""
+    def watched_kinds(self) -> tuple[tuple[str, str, str], ...]:
+        """(group, version, plural) of every kind watched for our children's events."""
+        applications = _WATCHED_APPLICATIONS if self.config.watch_spark_applications else ()
+        return (*_WATCHED_CHILDREN, *applications)
+
+    def configure(self, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        """Startup: server-side label selectors on the children's watches (the handlers' own `labels`
+        filter only on the operator's side, after the API server has sent every object), then the
+        Kubernetes client and the pool of topic admins, unless the memo has them (tests)."""
         import os
         from pathlib import Path
+
+        for group, version, plural in self.watched_kinds():
+            settings.watching.label_selectors[group, version, plural] = children_selector()
 
         if memo.get("receiver_children") is None:
             memo["receiver_children"] = KubernetesChildren()

@@ -19,6 +19,7 @@ __all__ = [
     "OWNER_LABEL",
     "ChildNames",
     "child_labels",
+    "children_selector",
     "dns_label",
     "owned_selector",
     "selector_labels",
@@ -93,3 +94,9 @@ def child_labels(owner: str, component: str, version: str) -> dict[str, str]:
 def owned_selector(owner: str) -> str:
     """Label selector of every child of `owner` (ownerReferences decide; this narrows the list)."""
     return f"app.kubernetes.io/managed-by={MANAGED_BY},{OWNER_LABEL}={dns_label(owner)}"
+
+
+def children_selector() -> str:
+    """Label selector of every child of any TelemetryReceiver: the operator's watches pass it to the API
+    server, so Secrets and ConfigMaps (and the other kinds) it does not own never reach it."""
+    return f"app.kubernetes.io/managed-by={MANAGED_BY},{OWNER_LABEL}"

@@ -8,6 +8,7 @@ TelemetryReceiver. Nothing here talks to an API server.
 from __future__ import annotations
 
 import base64
+import copy
 from typing import Any
 
 from kct.render.names import COMPONENT_RECEIVER, CONFIG_HASH_ANNOTATION, child_labels, selector_labels
@@ -267,13 +268,18 @@ def render_receiver_hpa(params: ReceiverParams) -> dict[str, Any] | None:
 
 
 def render_receiver_network_policy(params: ReceiverParams) -> dict[str, Any] | None:
-    """Ingress to the OTLP port only from `spec.networkPolicy.from` (anyone when empty); egress untouched."""
+    """Ingress to the OTLP port (which serves the metrics too) from `spec.networkPolicy.from` (the brokers)
+    and `metricsFrom` (the scraper), from anyone when `from` is empty; every other port closed, egress
+    untouched. A NetworkPolicy allows the union of its rules, so the scraper's rule is a second rule."""
     policy = params.spec.network_policy
     if not policy.enabled:
         return None
-    rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": OTLP_PORT}]}
+    port = [{"protocol": "TCP", "port": OTLP_PORT}]
+    ingress: list[dict[str, Any]] = [{"ports": port}]
     if policy.from_:
-        rule["from"] = [dict(peer) for peer in policy.from_]
+        ingress = [{"from": [dict(peer) for peer in policy.from_], "ports": port}]
+        if policy.metrics_from:
+            ingress.append({"from": [dict(peer) for peer in policy.metrics_from], "ports": copy.deepcopy(port)})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -281,6 +287,6 @@ def render_receiver_network_policy(params: ReceiverParams) -> dict[str, Any] | N
         "spec": {
             "podSelector": {"matchLabels": selector_labels(params.name, COMPONENT_RECEIVER)},
             "policyTypes": ["Ingress"],
-            "ingress": [rule],
+            "ingress": ingress,
         },
     }

@@ -7,6 +7,12 @@ Every application runs the job file of the Spark image with its config from the 
 under `sinkPath` on an optional shared volume. The operator applies the first three; the hourly roll-up is
 not a child of a TelemetryReceiver (yet): `dev/gen_spark_manifests.py` writes it, with the others, as the
 standalone manifests under spark/, so those are this module's output and never a hand-written copy.
+
+Driver and executors run as the Spark image's user (185, the official image's `spark`), with a read-only
+root filesystem, no capabilities, no privilege escalation and the runtime's default seccomp profile. What
+Spark writes goes to volumes: its local dirs to the emptyDirs Spark itself mounts on Kubernetes
+(`SPARK_LOCAL_DIRS`), the JVM's and Python's temporary files (and an Ivy cache, should a `sparkConf` ask for
+packages) to an emptyDir on /tmp, the image's working directory to another, the aggregates to the sink.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from kct.render.params import (
 __all__ = [
     "HOURLY_SCHEDULE",
     "JOB_FILE",
+    "SPARK_USER",
+    "SPARK_WORK_DIR",
     "render_aggregation_configmap",
     "render_hourly_rollup_application",
     "render_scheduled_spark_application",
@@ -36,6 +44,10 @@ __all__ = [
 
 JOB_FILE = "local:///opt/kct/spark/aggregation_job.py"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
+SPARK_USER: Final = 185
+"""The Spark image's user and group (the official image's `spark`; the Dockerfile's spark stage keeps it)."""
+SPARK_WORK_DIR: Final = "/opt/spark/work-dir"
+"""The Spark image's working directory, where the driver and executors start."""
 HOURLY_SCHEDULE: Final = "5 * * * *"
 """At 5 past every hour: the previous hour's last one-minute windows are written by then."""
 # Streaming: a query resumes from its checkpoint, so it is always restarted. A run on a schedule is
@@ -50,6 +62,25 @@ _RESTART_SCHEDULED: Final[dict[str, Any]] = {
     "onSubmissionFailureRetries": 2,
     "onSubmissionFailureRetryInterval": 60,
 }
+
+
+# Written by the JVM (hsperfdata, java.io.tmpdir), PySpark (its gateway's files) and Ivy; and the work dir.
+_SCRATCH_VOLUMES: Final = (("tmp", "/tmp"), ("work-dir", SPARK_WORK_DIR))
+_POD_SECURITY_CONTEXT: Final[dict[str, Any]] = {
+    "runAsNonRoot": True,
+    "runAsUser": SPARK_USER,
+    "runAsGroup": SPARK_USER,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+_CONTAINER_SECURITY_CONTEXT: Final[dict[str, Any]] = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# With a read-only root, Ivy's default cache (under the user's home, in the image) could not be written.
+_SCRATCH_SPARK_CONF: Final = {"spark.jars.ivy": "/tmp/ivy2"}
 
 
 def _metadata(params: ReceiverParams, name: str) -> dict[str, Any]:
@@ -80,9 +111,17 @@ def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str
     assert aggregation is not None and config is not None
     mounts: list[dict[str, Any]] = [{"name": "config", "mountPath": AGGREGATION_CONFIG_DIR, "readOnly": True}]
     volumes: list[dict[str, Any]] = [{"name": "config", "configMap": {"name": params.names.aggregation}}]
+    for name, path in _SCRATCH_VOLUMES:
+        mounts.append({"name": name, "mountPath": path})
+        volumes.append({"name": name, "emptyDir": {}})
     if aggregation.sink_claim_name:
         mounts.append({"name": "aggregates", "mountPath": aggregation.sink_path})
         volumes.append({"name": "aggregates", "persistentVolumeClaim": {"claimName": aggregation.sink_claim_name}})
+    elif aggregation.sink_path.startswith("/"):
+        # A local path without a claim was the container's own (ephemeral) filesystem, read-only now: an
+        # emptyDir keeps it writable and as ephemeral (object store URLs need no volume).
+        mounts.append({"name": "aggregates", "mountPath": aggregation.sink_path})
+        volumes.append({"name": "aggregates", "emptyDir": {}})
     labels = child_labels(params.name, COMPONENT_AGGREGATION, params.version)
     # The spark-operator does not restart a running application when its ConfigMap changes:
     # an annotation with the config's hash on the driver makes the change visible in the spec.
@@ -93,6 +132,8 @@ def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str
         "labels": labels,
         "annotations": annotations,
         "volumeMounts": mounts,
+        "podSecurityContext": copy.deepcopy(_POD_SECURITY_CONTEXT),
+        "securityContext": copy.deepcopy(_CONTAINER_SECURITY_CONTEXT),
     }
     if aggregation.driver.service_account:
         driver["serviceAccount"] = aggregation.driver.service_account
@@ -100,6 +141,7 @@ def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.metricsEnabled": "true",
         "spark.ui.prometheus.enabled": "true",
+        **_SCRATCH_SPARK_CONF,
         **JOB_SPARK_CONF,  # the job's tuning, as `kct aggregate` sets it on the sessions it creates
         **aggregation.spark_conf,
     }
@@ -123,6 +165,8 @@ def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str
             "memory": aggregation.executor.memory,
             "labels": dict(labels),
             "volumeMounts": copy.deepcopy(mounts),
+            "podSecurityContext": copy.deepcopy(_POD_SECURITY_CONTEXT),
+            "securityContext": copy.deepcopy(_CONTAINER_SECURITY_CONTEXT),
         },
     }
 

@@ -80,7 +80,8 @@ def test_ready_when_the_deployment_is_available_and_the_topic_exists() -> None:
     and Ready=True with the endpoint, replicas and topic in status."""
     world = World(AVAILABLE)
     world.reconcile({"topic": {"name": "raw", "partitions": 4, "retentionMs": 1000}, "aggregation": {}})
-    assert world.kinds() == {"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget", "SparkApplication"}
+    assert world.kinds() == {"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy",
+                             "SparkApplication"}
     assert world.kafka.topics["raw"] == TopicState("raw", 4, 1, {"retention.ms": "1000", "min.insync.replicas": "1"})
     ready = world.condition()
     assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("True", "Reconciled", 1)

@@ -66,12 +66,14 @@ def test_rendered_objects_validate_against_kubernetes_schemas(render: Render, va
 
 def test_defaults_render_the_operator_and_least_privilege_rbac(render: Render) -> None:
     """Given the default values, then the chart renders the operator's ServiceAccount, Deployment and a
-    ClusterRole for watching every namespace, the leader-election Role and the PodDisruptionBudget of its
-    two replicas, and nothing that needs a cluster to exist first."""
+    ClusterRole for watching every namespace, the leader-election Role, the PodDisruptionBudget of its
+    two replicas and the admission policy keeping its writes to what it owns, and nothing that needs a
+    cluster to exist first."""
     objects = render()
     kinds = sorted(obj["kind"] for obj in objects)
     assert kinds == sorted(["ServiceAccount", "Deployment", "ClusterRole", "ClusterRoleBinding",
-                            "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget"])
+                            "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget",
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
 
 
 # -------------------------------------------------------------------------------------------- Deployment
