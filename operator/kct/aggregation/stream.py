@@ -33,7 +33,7 @@ does not append it twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,10 @@ class StreamState:
     records: bool = False
     alert_rows: DataFrame | None = None
     alert_rows_for: AlertRowsFor | None = None
+    # The offset each partition's next micro-batch should start at (kct.aggregation.retention_gaps; None: not
+    # known yet), and the offsets skipped because retention deleted them, counted since the checkpoint began.
+    next_offsets: Mapping[int, int] | None = None
+    skipped_offsets: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,8 @@ def advance_records(state: StreamState, records: DataFrame, *, window_seconds: i
 
 class StateStore:
     """StreamState per micro-batch id under `root` (any Hadoop file system the checkpoint is on):
-    `<root>/<batch id>/{pending,last,alert_rows}` as Parquet plus `meta.json`, written under a temporary name and
+    `<root>/<batch id>/{pending,last,alert_rows}` as Parquet plus `meta.json` (with the offsets expected next
+    and the count skipped by retention), written under a temporary name and
     renamed, so a state is there whole or not at all; `<root>/outputs/<batch id>/<output>` marks an output
     (table, topic) a batch wrote. The two newest states are kept."""
 
@@ -202,6 +207,9 @@ class StateStore:
             max_time_ns=meta["maxTimeNs"], final_before_s=meta["finalBeforeS"], records=meta.get("records", False),
             alert_rows=read("alert_rows") if meta.get("alert_rows") else None,
             alert_rows_for=None if kept is None else AlertRowsFor(tuple(kept["metrics"]), int(kept["sinceS"])),
+            next_offsets=None if meta.get("nextOffsets") is None else {
+                int(partition): int(offset) for partition, offset in meta["nextOffsets"].items()},
+            skipped_offsets=int(meta.get("skippedOffsets", 0)),
         )
 
     def holds_pending_points(self) -> bool:
@@ -232,6 +240,9 @@ class StateStore:
                 **{part: df is not None for part, df in parts.items()},
                 "records": state.records,
                 "alertRowsFor": None if kept is None else {"metrics": list(kept.metrics), "sinceS": kept.since_s},
+                "nextOffsets": None if state.next_offsets is None else {
+                    str(partition): offset for partition, offset in state.next_offsets.items()},
+                "skippedOffsets": state.skipped_offsets,
                 "schemas": {part: df.schema.jsonValue() for part, df in parts.items() if df is not None}}
         for part, df in parts.items():
             if df is not None:

@@ -7,6 +7,10 @@ id under the checkpoint), writes client_metrics, derives roll-ups and alerts fro
 terminations (stateless, from the same cached micro-batch: a second query read the whole topic again for
 them). Checkpoints keep offsets and state.
 
+Retention: the source does not fail when the topic's retention deleted offsets the stream had not read yet
+(failOnDataLoss=false); each micro-batch counts them (kct.aggregation.retention_gaps), logs them at WARNING, keeps the
+running total in the stream state and sets the driver's metric `kct_aggregation.skippedOffsets` to it.
+
 Delivery: each of a micro-batch's outputs is marked written per batch id once written (`write_once`), so a
 batch replayed after a crash writes only what it had not. A Parquet append goes through a staging folder
 per batch id (outputs.append_once), so a crash between the append and its mark does not append it twice on
@@ -26,6 +30,13 @@ from kct.aggregation.client_windows import with_push_times
 from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import jvm_points
 from kct.aggregation.outputs import append_once, concurrently, files_for, send_to_kafka
+from kct.aggregation.retention_gaps import (
+    SkippedOffsetsMetric,
+    describe_skipped,
+    next_offsets,
+    offsets_read,
+    skipped_offsets,
+)
 from kct.aggregation.rollups_jvm import rollups_of
 from kct.aggregation.session import require_jvm_engine
 from kct.aggregation.source import read_records
@@ -139,6 +150,7 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
     per batch id; and the stream state, saved with them, before Spark commits the batch."""
     store = state_store(spark, cfg)
     span = alerts_span(cfg)
+    skipped_metric = SkippedOffsetsMetric(spark)
 
     def step_of(records: Any, previous: StreamState) -> Advance:
         # How many records may hold a termination, counted in advance_records' first job: none (the usual
@@ -152,6 +164,14 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
         records = with_push_times(batch).persist()
         try:
             previous = store.load(batch_id)
+            first_read, last_read = offsets_read(records)
+            skipped = skipped_offsets(previous.next_offsets, first_read)
+            skipped_total = previous.skipped_offsets + sum(skipped.values())
+            skipped_metric.set_total(skipped_total)
+            if skipped:
+                log.warning("batch %d: %d offsets skipped, deleted by the topic's retention before the job read them "
+                            "(%s); %d since the checkpoint began", batch_id, sum(skipped.values()),
+                            describe_skipped(skipped), skipped_total)
             step = step_of(records, previous)
             # ClientWindows' rows feed both client_metrics and the state's last points.
             if step.sorted_points is not None:
@@ -170,7 +190,9 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
                     spark, cfg, metrics, batch_id, rows, fired)
                 alert_rows, alert_rows_for = next_alert_rows(spark, cfg, history, previous,
                                                              step.state.final_before_s)
-                state = replace(step.state, alert_rows=alert_rows, alert_rows_for=alert_rows_for)
+                state = replace(step.state, alert_rows=alert_rows, alert_rows_for=alert_rows_for,
+                                next_offsets=next_offsets(previous.next_offsets, last_read),
+                                skipped_offsets=skipped_total)
                 may_hold = bool(step.also and step.also[0])
                 outputs["terminations"] = _terminations_output(spark, cfg, records, batch_id, may_hold)
                 # The state is saved while the outputs are written: it is kept per batch id and a replay of

@@ -180,18 +180,51 @@ class ReceiverSettings(ReceiverTuning):
 
 
 class OutputTopicSpec(SpecModel):
-    """The Kafka topic the receiver writes one record per push to. Created by the operator."""
+    """The Kafka topic the receiver writes one record per push to. Created by the operator.
+
+    Durable by default: without `replicationFactor` the topic gets min(3, brokers) replicas, and without
+    `minInsyncReplicas` it pins `min.insync.replicas` to one less than its replicas (at least 1), so an
+    acknowledged push (the receiver produces with acks=all) is on two brokers once there are three, and
+    one broker may be down without stopping writes."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "!has(self.replicationFactor) || !has(self.minInsyncReplicas) || "
+                    "self.minInsyncReplicas <= self.replicationFactor",
+                    "minInsyncReplicas must not exceed replicationFactor: no write could ever be acknowledged",
+                    field_path=".minInsyncReplicas",
+                )
+            ]
+        }
+    )
 
     name: str = Field(default="client-telemetry", min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")
     """Topic name."""
     partitions: int = Field(default=6, ge=1, le=10000)
     """Partition count. Partitions only grow: a smaller number is reported in status, not applied."""
     replication_factor: int | None = Field(default=None, ge=1, le=32)
-    """Replicas per partition at creation; absent = the broker's `default.replication.factor`."""
+    """Replicas per partition at creation; absent = min(3, the cluster's brokers). At most the cluster's
+    brokers (checked when the topic is created). Kafka cannot change an existing topic's replication by
+    config: a difference is reported in status (`ReplicationFactorDiffers`), not applied."""
+    min_insync_replicas: int | None = Field(default=None, ge=1, le=32)
+    """`min.insync.replicas` of the topic: replicas that must have a write before it is acknowledged;
+    absent = the replication factor less one, at least 1. At most `replicationFactor`. Drift is reverted."""
     retention_ms: int | None = Field(default=None, ge=-1)
     """`retention.ms` of the topic (-1 = forever); absent = the broker's default."""
     delete_on_removal: bool = False
     """Delete the topic when the TelemetryReceiver is deleted. Default false: the data outlives the resource."""
+
+    @model_validator(mode="after")
+    def _min_insync_within_replicas(self) -> OutputTopicSpec:
+        rf, isr = self.replication_factor, self.min_insync_replicas
+        if rf is not None and isr is not None and isr > rf:
+            raise ValueError(
+                f"minInsyncReplicas: {isr} is above replicationFactor ({rf}); minInsyncReplicas must not "
+                "exceed replicationFactor: no write could ever be acknowledged"
+            )
+        return self
 
 
 class DriverSpec(SpecModel):
@@ -336,6 +369,15 @@ class TopicStatus(SpecModel):
     """Partitions the topic has."""
     requested_partitions: int | None = None
     """Partitions the spec asks for (differs when a shrink was refused)."""
+    replication_factor: int | None = None
+    """Replicas per partition the topic has."""
+    requested_replication_factor: int | None = None
+    """Replicas the spec asks for (its default resolved against the brokers; differs from `replicationFactor`
+    for a topic created otherwise: Kafka does not change replication by config)."""
+    min_insync_replicas: int | None = None
+    """`min.insync.replicas` the topic has (absent: not set on the topic, the broker's default applies)."""
+    brokers: int | None = None
+    """Brokers of the cluster, as the operator last counted them."""
     bootstrap_servers: str | None = None
 
 
@@ -363,7 +405,7 @@ class TelemetryReceiverStatus(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     """`Ready` (True when the Deployment is available and the topic exists), `TopicReady`,
-    `PartitionsShrinkRefused`, `ReconciliationPaused`."""
+    `PartitionsShrinkRefused`, `ReplicationFactorDiffers`, `ReconciliationPaused`."""
     replicas: int | None = None
     """Receiver pods the Deployment has."""
     ready_replicas: int | None = None

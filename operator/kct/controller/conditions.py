@@ -39,6 +39,9 @@ class ConditionType(StrEnum):
     """TelemetryReceiver: the output topic exists with at least the requested partitions."""
     PARTITIONS_SHRINK_REFUSED = "PartitionsShrinkRefused"
     """TelemetryReceiver: True when the spec asks for fewer partitions than the topic has (a warning)."""
+    REPLICATION_FACTOR_DIFFERS = "ReplicationFactorDiffers"
+    """TelemetryReceiver: True when the topic's replication is not the spec's (Kafka does not change it by
+    config) or the spec's min ISR cannot be set on it (a warning)."""
     AGGREGATION_READY = "AggregationReady"
     """TelemetryReceiver: the Spark application was accepted and has not failed (or aggregation is off)."""
 
@@ -75,6 +78,14 @@ class Reason(StrEnum):
     PARTITIONS_SHRINK_REFUSED = "PartitionsShrinkRefused"
     """The spec asks for fewer partitions than the topic has; Kafka cannot remove partitions."""
     PARTITIONS_MATCH = "PartitionsMatch"
+    REPLICATION_UNSATISFIABLE = "ReplicationUnsatisfiable"
+    """The topic is not created: spec.topic asks for more replicas than the cluster has brokers, or a min ISR
+    above the replicas (the resync looks again, e.g. after brokers were added)."""
+    REPLICATION_FACTOR_DIFFERS = "ReplicationFactorDiffers"
+    """The existing topic has another replication factor than the spec's; reported, not changed."""
+    MIN_INSYNC_ABOVE_REPLICAS = "MinInsyncAboveReplicas"
+    """spec.topic.minInsyncReplicas exceeds the existing topic's replicas; the topic's own value is kept."""
+    REPLICATION_MATCHES = "ReplicationMatches"
     SPARK_OPERATOR_MISSING = "SparkOperatorMissing"
     """The sparkoperator.k8s.io CRDs are not installed; the aggregation is not deployed."""
     SPARK_APPLICATION_FAILED = "SparkApplicationFailed"

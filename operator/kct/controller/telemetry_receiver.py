@@ -3,12 +3,12 @@
 `reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_token`
 -> `plan_receiver` (pure: the desired children, rendered once by `kct.render`) -> `apply_children`
 (server-side, forced) -> `prune_children` (ours, owned, no longer desired) -> `sync_topic` (through the
-Admin API; partitions only grow) -> status, validated by the `TelemetryReceiverStatus` model before it is
-written. A step that cannot go on raises `StopReconcile`, which becomes Ready=False with its reason. The
-function is plain and blocking over two ports (`ChildrenClient` for Kubernetes, `TopicAdmin` for Kafka), so
-unit tests drive each step and the whole with in-memory fakes, and the kopf handlers
-(`kct.controller.telemetry_receiver_handlers`) run it in a thread and only translate its `Outcome` into a status
-patch, events and retries.
+Admin API; partitions only grow; replication chosen at creation against the broker count, min ISR kept)
+-> status, validated by the `TelemetryReceiverStatus` model before it is written. A step that cannot go
+on raises `StopReconcile`, which becomes Ready=False with its reason. The function is plain and blocking
+over two ports (`ChildrenClient` for Kubernetes, `TopicAdmin` for Kafka), so unit tests drive each step
+and the whole with in-memory fakes, and the kopf handlers (`kct.controller.telemetry_receiver_handlers`) run
+it in a thread and only translate its `Outcome` into a status patch, events and retries.
 
 Ready is True only when the Deployment reports every wanted pod available *and* the topic exists.
 On a cluster without nodes (the local stack), pods never start, so Ready stays False with reason
@@ -46,7 +46,16 @@ from kct.controller.kernel import (
 )
 from kct.controller.reasons import KAFKA_PROBLEMS, apply_stop, connection_stop, invalid_spec_stop, kafka_stop
 from kct.controller.resource import PAUSE_ANNOTATION, ResourceView
-from kct.kafka.topics import TopicAdmin, TopicPlan, TopicState, plan_topic
+from kct.kafka.topics import (
+    DEFAULT_REPLICATION_FACTOR,
+    MIN_INSYNC_REPLICAS,
+    Durability,
+    TopicAdmin,
+    TopicPlan,
+    TopicState,
+    plan_durability,
+    plan_topic,
+)
 from kct.render import CHILD_KINDS, render_children
 from kct.render.names import CONFIG_HASH_ANNOTATION, ChildNames, owned_selector
 from kct.render.params import ReceiverParams
@@ -80,11 +89,14 @@ class ReceiverResource(ResourceView):
     """The parts of a TelemetryReceiver body that reconciliation reads."""
 
 
-def topic_configs(spec: TelemetryReceiverSpec) -> dict[str, str]:
-    """Topic configs the spec pins (others stay at the broker's defaults)."""
+def topic_configs(spec: TelemetryReceiverSpec, durability: Durability | None = None) -> dict[str, str]:
+    """Topic configs the spec pins (others stay at the broker's defaults): its retention, and the min ISR
+    `durability` decided (none when it was refused: the topic's own value is left alone)."""
     configs: dict[str, str] = {}
     if spec.topic.retention_ms is not None:
         configs["retention.ms"] = str(spec.topic.retention_ms)
+    if durability is not None and durability.min_insync_replicas is not None:
+        configs[MIN_INSYNC_REPLICAS] = str(durability.min_insync_replicas)
     return configs
 
 
@@ -262,25 +274,42 @@ def _deployment_progress(deployment: Mapping[str, Any], want: int | None) -> tup
 
 @dataclass(frozen=True)
 class TopicResult:
-    """The topic after `sync_topic`: its partitions, what the plan was, and what to tell the user."""
+    """The topic after `sync_topic`: its partitions, what the plan was, and what to tell the user.
+    `durability`: its replication as decided against the brokers; `state`: the topic as last described."""
 
     partitions: int
     plan: TopicPlan
     events: tuple[Event, ...] = ()
+    durability: Durability | None = None
+    state: TopicState | None = None
+
+
+def _durability_stop(topic_name: str, durability: Durability) -> StopReconcile:
+    """The topic cannot be created as the spec asks: not retried (the resync looks again, e.g. once brokers
+    were added); TopicReady goes False with Ready."""
+    message = f"spec.topic.{durability.refused}; topic {topic_name!r} is not created"
+    return StopReconcile(Reason.REPLICATION_UNSATISFIABLE, message, also=ConditionType.TOPIC_READY)
 
 
 def sync_topic(plan: ReceiverPlan, admin_for: TopicAdminFactory, namespace: str) -> TopicResult:
-    """Create the topic, grow its partitions and converge its configs; never shrink it."""
+    """Create the topic with the replication the spec and the broker count allow, grow its partitions and
+    converge its configs (min ISR included: drift is reverted); never shrink it."""
     topic = plan.spec.topic
-    configs = topic_configs(plan.spec)
     events: list[Event] = []
     try:
         admin = admin_for(plan.spec.kafka, namespace)
         actual = admin.describe_topic(topic.name)
+        durability = plan_durability(topic.replication_factor, topic.min_insync_replicas, admin.broker_count(),
+                                     actual)
+        if durability.refused is not None:
+            raise _durability_stop(topic.name, durability)
+        configs = topic_configs(plan.spec, durability)
         topic_plan = plan_topic(topic.partitions, configs, actual)
         if topic_plan.create:
-            admin.create_topic(topic.name, topic.partitions, topic.replication_factor, configs)
-            message = f"created topic {topic.name!r} with {topic.partitions} partitions on {plan.bootstrap}"
+            admin.create_topic(topic.name, topic.partitions, durability.replication_factor, configs)
+            message = (f"created topic {topic.name!r} with {topic.partitions} partitions, "
+                       f"{durability.replication_factor} replicas each and {MIN_INSYNC_REPLICAS}="
+                       f"{durability.min_insync_replicas} on {plan.bootstrap}")
             events.append(Event("Normal", "TopicCreated", message))
         if topic_plan.grow_to is not None:
             admin.grow_partitions(topic.name, topic_plan.grow_to)
@@ -295,7 +324,7 @@ def sync_topic(plan: ReceiverPlan, admin_for: TopicAdminFactory, namespace: str)
         refused = f"spec.topic: the broker refused topic {topic.name!r}"
         raise kafka_stop(error, servers=plan.bootstrap, refused=refused, also=ConditionType.TOPIC_READY) from None
     partitions = actual.partitions if actual is not None else 0
-    return TopicResult(partitions, topic_plan, tuple(events))
+    return TopicResult(partitions, topic_plan, tuple(events), durability, actual)
 
 
 # ------------------------------------------------------------------------------------ status
@@ -398,6 +427,61 @@ def _topic_conditions(plan: ReceiverPlan, topic: TopicResult, conditions: Condit
     return [Event("Warning", Reason.PARTITIONS_SHRINK_REFUSED, message)] if warn else []
 
 
+def _replication_condition(plan: ReceiverPlan, topic: TopicResult, conditions: ConditionTracker) -> list[Event]:
+    """ReplicationFactorDiffers: an existing topic whose replication is not the spec's (Kafka changes it by
+    reassigning partitions, not by config), or on which the spec's min ISR cannot be set; warned once."""
+    durability = topic.durability
+    if durability is None:
+        return []
+    spec_topic = plan.spec.topic
+    problems: list[str] = []
+    reason = Reason.REPLICATION_MATCHES
+    if durability.replication_differs is not None:
+        has, asked = durability.replication_differs
+        defaulted = spec_topic.replication_factor is None
+        default = f" (the default: min({DEFAULT_REPLICATION_FACTOR}, brokers))" if defaulted else ""
+        problems.append(
+            f"spec.topic.replicationFactor: topic {spec_topic.name!r} has {has} replicas per partition, the spec "
+            f"asks for {asked}{default} on {durability.brokers} broker(s); Kafka does not change an existing "
+            f"topic's replication by config, so it keeps {has} (reassign its partitions to change it)")
+        reason = Reason.REPLICATION_FACTOR_DIFFERS
+    if durability.min_insync_refused is not None:
+        asked, replicas = durability.min_insync_refused
+        problems.append(
+            f"spec.topic.minInsyncReplicas: {asked} is above the topic's {replicas} replicas; it must not exceed "
+            "them (no write could be acknowledged), so the topic's own min.insync.replicas is kept")
+        reason = Reason.MIN_INSYNC_ABOVE_REPLICAS
+    if not problems:
+        message = (f"topic {spec_topic.name!r}: {durability.replication_factor} replicas per partition, "
+                   f"{MIN_INSYNC_REPLICAS}={durability.min_insync_replicas}, as the spec asks")
+        conditions.set(ConditionType.REPLICATION_FACTOR_DIFFERS, False, reason, message)
+        return []
+    message = "; ".join(problems)
+    previous = conditions.find(ConditionType.REPLICATION_FACTOR_DIFFERS)
+    warn = previous is None or (previous.get("status"), previous.get("reason")) != ("True", str(reason))
+    conditions.set(ConditionType.REPLICATION_FACTOR_DIFFERS, True, reason, message)
+    return [Event("Warning", reason, message)] if warn else []
+
+
+def _topic_status(spec: TelemetryReceiverSpec, bootstrap: str, topic: TopicResult) -> dict[str, Any]:
+    """status.topic: what the broker has next to what the spec asks."""
+    fields: dict[str, Any] = {
+        "name": spec.topic.name,
+        "partitions": topic.partitions,
+        "requestedPartitions": spec.topic.partitions,
+        "bootstrapServers": bootstrap,
+    }
+    durability = topic.durability
+    if durability is not None:
+        asked = durability.replication_differs[1] if durability.replication_differs else durability.replication_factor
+        fields |= {"replicationFactor": durability.replication_factor, "requestedReplicationFactor": asked,
+                   "brokers": durability.brokers}
+    isr = (topic.state.configs if topic.state is not None else {}).get(MIN_INSYNC_REPLICAS)
+    if isr is not None and isr.isdigit():
+        fields["minInsyncReplicas"] = int(isr)
+    return fields
+
+
 def _ready_condition(plan: ReceiverPlan, applied: AppliedChildren, conditions: ConditionTracker) -> None:
     """Ready: the Deployment has every wanted pod available and the topic is present."""
     available, _, _, rollout = _deployment_progress(applied.bodies.get("Deployment", {}), plan.wanted_replicas)
@@ -456,13 +540,9 @@ def reconcile_receiver(
         outcome = stopped_outcome(stop, conditions, status, events, retry_in)
         return Outcome(_status(outcome.status), outcome.events, outcome.retry_after, outcome.error)
     events += topic.events
-    status["topic"] = {
-        "name": spec.topic.name,
-        "partitions": topic.partitions,
-        "requestedPartitions": spec.topic.partitions,
-        "bootstrapServers": bootstrap,
-    }
+    status["topic"] = _topic_status(spec, bootstrap, topic)
     events += _topic_conditions(plan, topic, conditions)
+    events += _replication_condition(plan, topic, conditions)
     _ready_condition(plan, applied, conditions)
     status["conditions"] = conditions.items
     status["lastSyncTime"] = now_rfc3339(now)

@@ -71,10 +71,12 @@ class InMemoryClientMetricsAdmin:
 @dataclass
 class InMemoryTopicAdmin:
     """Satisfies `TopicAdmin`; behaves like a broker where the controller cares (partitions never
-    shrink, creation is idempotent) and can be told to fail (`unreachable`, `unauthorized`)."""
+    shrink, creation is idempotent, no more replicas than `brokers`) and can be told to fail (`unreachable`,
+    `unauthorized`)."""
 
     topics: dict[str, TopicState] = field(default_factory=dict)
     default_replication_factor: int = 1
+    brokers: int = 1
     unreachable: bool = False
     unauthorized: bool = False
     calls: list[tuple[str, str]] = field(default_factory=list)
@@ -92,6 +94,10 @@ class InMemoryTopicAdmin:
         with self._lock:
             return self.topics.get(name)
 
+    def broker_count(self) -> int:
+        self._check()
+        return self.brokers
+
     def create_topic(
         self, name: str, partitions: int, replication_factor: int | None, configs: Mapping[str, str]
     ) -> None:
@@ -100,6 +106,10 @@ class InMemoryTopicAdmin:
             self.calls.append(("create", name))
             if name not in self.topics:
                 rf = replication_factor or self.default_replication_factor
+                if rf > self.brokers:  # the broker's INVALID_REPLICATION_FACTOR
+                    raise InvalidClientMetricsConfigError(
+                        f"[Error 38] InvalidReplicationFactorError: replication factor {rf} larger than "
+                        f"available brokers {self.brokers}")
                 self.topics[name] = TopicState(name, partitions, rf, dict(configs))
 
     def grow_partitions(self, name: str, total: int) -> None:

@@ -49,6 +49,7 @@ _INVALID = (
     kafka_errors.InvalidConfigurationError,
     kafka_errors.InvalidRequestError,
     kafka_errors.PolicyViolationError,
+    kafka_errors.InvalidReplicationFactorError,  # more replicas than brokers: the spec is wrong, not the network
 )
 _ERRNO = re.compile(r"\[Error (-?\d+)\]")
 
@@ -260,6 +261,15 @@ class KafkaPythonTopicAdmin:
 
         result: TopicState | None = self._call(call)
         return result
+
+    def broker_count(self) -> int:
+        def call(client: Any) -> int:
+            brokers = client.describe_cluster().get("brokers") or []
+            # A fenced broker (KRaft) takes no new replicas: the count a topic's creation is checked against.
+            return sum(1 for broker in brokers if not broker.get("is_fenced"))
+
+        count: int = self._call(call)
+        return count
 
     def create_topic(
         self, name: str, partitions: int, replication_factor: int | None, configs: Mapping[str, str]

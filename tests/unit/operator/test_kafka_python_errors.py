@@ -25,6 +25,7 @@ from kct.kafka.kafka_python import KafkaPythonClientMetricsAdmin, translate_erro
         (kafka_errors.SaslAuthenticationFailedError("bad password"), KafkaNotAuthorizedError),
         (kafka_errors.InvalidConfigurationError("Illegal client matching pattern"), InvalidClientMetricsConfigError),
         (kafka_errors.InvalidRequestError("interval must be between 100 and 3600000"), InvalidClientMetricsConfigError),
+        (kafka_errors.InvalidReplicationFactorError("larger than available brokers"), InvalidClientMetricsConfigError),
         (kafka_errors.UnknownError("boom"), KafkaAdminError),
     ],
 )

@@ -84,7 +84,7 @@ def test_ready_when_the_deployment_is_available_and_the_topic_exists() -> None:
         "ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "PodDisruptionBudget",
         "NetworkPolicy", "SparkApplication",
     }
-    assert world.kafka.topics["raw"] == TopicState("raw", 4, 1, {"retention.ms": "1000"})
+    assert world.kafka.topics["raw"] == TopicState("raw", 4, 1, {"retention.ms": "1000", "min.insync.replicas": "1"})
     ready = world.condition()
     assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("True", "Reconciled", 1)
     assert world.status["endpoint"] == "http://tr-receiver.ns.svc:4318/v1/metrics"
@@ -94,6 +94,10 @@ def test_ready_when_the_deployment_is_available_and_the_topic_exists() -> None:
         "partitions": 4,
         "requestedPartitions": 4,
         "bootstrapServers": "default:9092",
+        "replicationFactor": 1,
+        "requestedReplicationFactor": 1,
+        "minInsyncReplicas": 1,
+        "brokers": 1,
     }
     assert world.status["tokenSecret"] == "tr-token/token"
     assert world.condition("TopicReady")["status"] == "True"
@@ -166,6 +170,63 @@ def test_partition_shrink_is_reported_not_attempted() -> None:
     world.reconcile({"topic": {"partitions": 8}}, generation=3)
     assert world.kafka.topics["client-telemetry"].partitions == 8
     assert world.condition("PartitionsShrinkRefused")["status"] == "False"
+
+
+def test_a_default_topic_on_three_brokers_is_durable_and_its_min_isr_drift_is_put_back() -> None:
+    """Given a 3-broker cluster and no replication in the spec, When reconciled, Then the topic has 3 replicas
+    and min.insync.replicas=2, shown in status with ReplicationFactorDiffers=False; When someone lowers the
+    min ISR to 1 on the broker, Then the next reconcile (resync) sets 2 again."""
+    world = World()
+    world.kafka.brokers = 3
+    world.reconcile({"topic": {"name": "raw"}})
+    topic = world.kafka.topics["raw"]
+    assert (topic.replication_factor, topic.configs["min.insync.replicas"]) == (3, "2")
+    assert {k: world.status["topic"][k] for k in ("replicationFactor", "minInsyncReplicas", "brokers")} == {
+        "replicationFactor": 3, "minInsyncReplicas": 2, "brokers": 3}
+    assert world.condition("ReplicationFactorDiffers")["status"] == "False"
+    world.kafka.alter_topic_configs("raw", {"min.insync.replicas": "1"})
+    world.reconcile({"topic": {"name": "raw"}})
+    assert world.kafka.topics["raw"].configs["min.insync.replicas"] == "2"
+    assert world.status["topic"]["minInsyncReplicas"] == 2
+
+
+def test_more_replicas_than_brokers_is_a_condition_naming_the_field_not_a_crash() -> None:
+    """Given one broker and replicationFactor 3, When reconciled, Then no topic is created, Ready and TopicReady
+    are False with ReplicationUnsatisfiable naming spec.topic.replicationFactor and the rule, one Warning
+    event (not repeated on resync), no quick retry, and the children are applied all the same."""
+    world = World()
+    spec = {"topic": {"name": "raw", "replicationFactor": 3}}
+    outcome = world.reconcile(spec)
+    assert world.kafka.topics == {} and "Deployment" in world.kinds()
+    for type_ in ("Ready", "TopicReady"):
+        condition = world.condition(type_)
+        assert (condition["status"], condition["reason"]) == ("False", "ReplicationUnsatisfiable")
+        assert condition["message"].startswith("spec.topic.replicationFactor: 3 is above the cluster's 1 broker(s);")
+    assert [e.reason for e in outcome.events] == ["ReplicationUnsatisfiable"] and outcome.retry_after is None
+    assert world.reconcile(spec).events == ()
+    world.kafka.brokers = 3  # brokers added: the next resync creates it
+    world.reconcile(spec)
+    assert world.kafka.topics["raw"].replication_factor == 3 and world.condition()["status"] == "True"
+
+
+def test_an_existing_topics_other_replication_is_reported_in_status_once() -> None:
+    """Given a topic made with 1 replica on what is now a 3-broker cluster, When reconciled with the defaults,
+    Then the topic keeps 1 replica and min ISR 1 (2 would block every write), Ready stays True, status.topic
+    shows has 1 / asked 3, and ReplicationFactorDiffers=True names the field and the rule, warned once."""
+    world = World()
+    world.kafka.topics["raw"] = TopicState("raw", 6, 1, {})
+    world.kafka.brokers = 3
+    outcome = world.reconcile({"topic": {"name": "raw", "partitions": 6}})
+    assert world.kafka.topics["raw"] == TopicState("raw", 6, 1, {"min.insync.replicas": "1"})
+    assert world.condition()["status"] == "True"
+    assert (world.status["topic"]["replicationFactor"], world.status["topic"]["requestedReplicationFactor"]) == (1, 3)
+    differs = world.condition("ReplicationFactorDiffers")
+    assert (differs["status"], differs["reason"]) == ("True", "ReplicationFactorDiffers")
+    assert differs["message"].startswith("spec.topic.replicationFactor: topic 'raw' has 1 replicas per partition, "
+                                         "the spec asks for 3 (the default: min(3, brokers))")
+    assert "does not change an existing topic's replication by config" in differs["message"]
+    assert [e.reason for e in outcome.events] == ["ReplicationFactorDiffers"]
+    assert world.reconcile({"topic": {"name": "raw", "partitions": 6}}).events == ()
 
 
 def test_kafka_unreachable_retries_with_a_condition_after_applying_the_children() -> None:

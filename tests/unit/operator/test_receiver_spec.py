@@ -98,3 +98,18 @@ def test_no_object_defaults_are_frozen_into_the_crd() -> None:
                 walk(value)
 
     walk(schema())
+
+
+def test_a_min_isr_above_the_replication_factor_is_refused_at_apply_time() -> None:
+    """Given minInsyncReplicas 3 and replicationFactor 2, Then the model refuses it naming the field and the
+    rule, and the generated CRD carries the same rule as CEL for the API server (fieldPath minInsyncReplicas)."""
+    message = refusal({"topic": {"replicationFactor": 2, "minInsyncReplicas": 3}})
+    assert "spec.topic" in message and "minInsyncReplicas: 3 is above replicationFactor (2)" in message
+    equal = parse_receiver_spec({"topic": {"replicationFactor": 2, "minInsyncReplicas": 2}})
+    assert equal.topic.min_insync_replicas == 2
+    rules = schema()["properties"]["topic"]["x-kubernetes-validations"]
+    assert [(r["fieldPath"], r["rule"]) for r in rules] == [(
+        ".minInsyncReplicas",
+        "!has(self.replicationFactor) || !has(self.minInsyncReplicas) || "
+        "self.minInsyncReplicas <= self.replicationFactor",
+    )]

@@ -181,3 +181,26 @@ def test_sync_topic_stops_a_missing_connection_secret_with_a_warning_and_a_slow_
     assert stopped.value.reason is Reason.KAFKA_CONNECTION_INVALID
     assert stopped.value.message == "spec.kafka: secretRef: Secret ns/kafka not found"
     assert stopped.value.also == "TopicReady" and stopped.value.warn and stopped.value.retry_scale == 5.0
+
+
+def test_sync_topic_creates_with_the_spec_replication_and_min_isr_and_says_so() -> None:
+    """Given 3 brokers and replicationFactor 3 / minInsyncReplicas 3, When synced, Then the topic is created
+    with them, and the TopicCreated event says how durable it is."""
+    kafka = InMemoryTopicAdmin(brokers=3)
+    spec = {"topic": {"name": "raw", "replicationFactor": 3, "minInsyncReplicas": 3}}
+    created = sync_topic(plan_for(spec), admin_of(kafka), "ns")
+    assert kafka.topics["raw"].replication_factor == 3 and kafka.topics["raw"].configs["min.insync.replicas"] == "3"
+    assert "3 replicas each and min.insync.replicas=3" in created.events[0].message
+
+
+def test_sync_topic_stops_a_topic_the_brokers_cannot_hold_before_asking_the_broker() -> None:
+    """Given 2 brokers and minInsyncReplicas 3 without replicationFactor (the default is then 2), Then the step
+    stops with ReplicationUnsatisfiable naming spec.topic.minInsyncReplicas, TopicReady=False, a Warning, no
+    retry, and nothing was sent to create it."""
+    kafka = InMemoryTopicAdmin(brokers=2)
+    with pytest.raises(StopReconcile) as stopped:
+        sync_topic(plan_for({"topic": {"name": "raw", "minInsyncReplicas": 3}}), admin_of(kafka), "ns")
+    assert stopped.value.reason is Reason.REPLICATION_UNSATISFIABLE
+    assert stopped.value.message.startswith("spec.topic.minInsyncReplicas: 3 is above the replication factor 2")
+    assert stopped.value.also == "TopicReady" and stopped.value.warn and stopped.value.retry_scale is None
+    assert kafka.calls == []
