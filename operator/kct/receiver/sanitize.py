@@ -122,18 +122,17 @@ def sanitize(
 def _report(
     request: ExportMetricsServiceRequest, serialized: bytes | None, point_keys: bool, check_points: bool
 ) -> tuple[int, set[bytes], tuple[_otlpscan.Drop, ...]]:
-    """The scan's report on the message's bytes: those it was parsed from when the scan follows them, else
-    its canonical encoding without unknown fields (same elements at the same indices, each oneof once)."""
-    if serialized is not None:
-        found = _otlpscan.scan(serialized, point_keys, check_points)
-        if found is not None:
-            return found
-    canonical = request
-    if serialized is not None:  # unknown fields (groups among them) come only from wire bytes, never JSON
+    """The scan's report on the message's bytes (those it was parsed from, else its own encoding), or when
+    the scan does not follow those, on its canonical encoding without unknown fields (same elements at the
+    same indices, each oneof once)."""
+    found = _otlpscan.scan(
+        serialized if serialized is not None else request.SerializeToString(), point_keys, check_points
+    )
+    if found is None:
         canonical = ExportMetricsServiceRequest()
         canonical.CopyFrom(request)
         canonical.DiscardUnknownFields()
-    found = _otlpscan.scan(canonical.SerializeToString(), point_keys, check_points)
+        found = _otlpscan.scan(canonical.SerializeToString(), point_keys, check_points)
     if found is None:  # pragma: no cover - the fuzz test holds the scan to every canonical encoding
         raise RuntimeError("kct.receiver._otlpscan did not follow a canonical ExportMetricsServiceRequest")
     return found

@@ -19,6 +19,7 @@ import sys
 import pytest
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric, Sum
 from otlp_fuzz import _ProtoMutator, seed_requests
 from preconditions import require_module
 from receiver_oracle.sanitize_walk import walk
@@ -194,6 +195,42 @@ def test_report_names_what_to_drop_by_position_and_the_reasons_read_as_before() 
     ] + ["latency"]
     assert len(req.resource_metrics[1].scope_metrics[1].metrics[1].sum.data_points) == 1
     assert not req.resource_metrics[1].scope_metrics[1].metrics[-1].histogram.data_points
+
+
+def _field(number: int, value: bytes) -> bytes:
+    """A length-delimited field on the wire (tag and length below 128 * 128)."""
+    def varint(n: int) -> bytes:
+        return bytes([n]) if n < 0x80 else bytes([n & 0x7F | 0x80, n >> 7])
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+@pytest.mark.parametrize("unfollowed", ["unknown_group", "data_set_twice"])
+def test_bytes_the_scan_does_not_follow_are_reported_from_the_canonical_encoding(unfollowed: str) -> None:
+    """Given a push with a number point without a value and wire data the scan does not follow (a group
+    among a metric's unknown fields, which upb keeps; or a metric's data oneof sent twice, which upb
+    replaces), then the scan declines the bytes, and `sanitize` still drops what the oracle drops, from the
+    wire bytes and from the message's own encoding (which keeps the unknown group)."""
+    req = _clean_push(10)
+    sm = req.resource_metrics[0].scope_metrics[0]
+    sm.metrics[1].sum.data_points.add()
+    if unfollowed == "unknown_group":
+        # field 99, start group (wire 3), a varint field inside, end group (wire 4)
+        sm.metrics[3].MergeFromString(bytes([0x9B, 0x06, 0x08, 0x01, 0x9C, 0x06]))
+        data = req.SerializeToString()
+    else:
+        twice = Metric(name="twice")
+        twice.gauge.data_points.add().as_int = 1
+        replacing = Sum()
+        replacing.data_points.add().as_int = 2
+        metric = twice.SerializeToString() + _field(7, replacing.SerializeToString())  # upb keeps the sum
+        scope = sm.SerializeToString() + _field(2, metric)
+        resource = req.resource_metrics[0].resource.SerializeToString()
+        data = _field(1, _field(1, resource) + _field(2, scope)) + _field(1, b"")
+    assert _otlpscan.scan(data, True, True) is None
+    assert _agree(data, AttributeFilter(PrivacyConfig()), True) is False
+    result = sanitize(ExportMetricsServiceRequest.FromString(data), AttributeFilter(PrivacyConfig()), serialized=data)
+    assert result.reasons == ["metric 'org.apache.kafka.m1': number data point without a value"]
+    assert result.data_points == 11 + (unfollowed == "data_set_twice")  # the clean push's, less one, + the sum's
 
 
 def test_validator_table_mirrors_the_installed_protobuf_descriptors() -> None:
