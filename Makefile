@@ -41,7 +41,7 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	MYPYPATH=operator $(VENV)/bin/mypy --strict dev/gen_crd_docs.py dev/gen_spark_manifests.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
 	MYPYPATH=dev/demo:dev/stack:operator:tests $(VENV)/bin/mypy --strict dev/demo bench/*.py
-	MYPYPATH=operator:tests $(VENV)/bin/mypy --strict tests/aggregation_oracle
+	MYPYPATH=operator:tests $(VENV)/bin/mypy --strict tests/aggregation_oracle tests/receiver_oracle
 	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
 	$(PYTHON) dev/tools/tools.py run hadolint Dockerfile
 

@@ -53,8 +53,10 @@ METRIC_NAMES = [
 ]
 
 
-def build_push(points: int = 100) -> bytes:
-    """A KIP-714-like push: librdkafka resource labels, 10 metrics x `points/10` points with attributes."""
+def build_push(points: int = 100, spoil: str = "") -> bytes:
+    """A KIP-714-like push: librdkafka resource labels, 10 metrics x `points/10` points with attributes.
+    `spoil`: "invalid-point" makes the first point valueless (partial success: rejected), "private-attribute"
+    adds a private key to the resource (dropped): either way the receiver decodes and rewrites the push."""
     req = ExportMetricsServiceRequest()
     rm = req.resource_metrics.add()
     for key, value in (
@@ -65,6 +67,9 @@ def build_push(points: int = 100) -> bytes:
     ):
         kv = rm.resource.attributes.add()
         kv.key, kv.value.string_value = key, value
+    if spoil == "private-attribute":
+        kv = rm.resource.attributes.add()
+        kv.key, kv.value.string_value = "host.name", "bench-host"
     sm = rm.scope_metrics.add()
     sm.scope.name = "librdkafka"
     sm.scope.version = "2.16.0"
@@ -87,6 +92,8 @@ def build_push(points: int = 100) -> bytes:
             for key, value in (("topic", f"orders-{p % 4}"), ("partition", str(p)), ("node_id", str(p % 3))):
                 kv = dp.attributes.add()
                 kv.key, kv.value.string_value = key, value
+    if spoil == "invalid-point":
+        sm.metrics[0].gauge.data_points[0].ClearField("as_double")
     return bytes(req.SerializeToString())
 
 
@@ -359,12 +366,15 @@ def main() -> int:
     parser.add_argument("--topic", default="client-telemetry-bench")
     parser.add_argument("--compare-http", action="store_true")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    parser.add_argument("--spoil", choices=["", "invalid-point", "private-attribute"], default="",
+                        help="'' = a clean push (stored as sent); else one the receiver must rewrite")
     args = parser.parse_args()
 
-    raw = build_push(args.points)
+    raw = build_push(args.points, args.spoil)
     body = gzip.compress(raw) if args.encoding == "gzip" else raw
     print(f"push: {len(raw)} bytes protobuf, {args.points} data points, sent {len(body)} bytes "
-          f"({args.encoding or 'identity'}), {args.connections} keep-alive connections, {args.seconds:.0f} s")
+          f"({args.encoding or 'identity'}), {args.spoil or 'clean'}, {args.connections} keep-alive connections, "
+          f"{args.seconds:.0f} s")
     if args.compare_http:
         compare_http(args, body)
         return 0

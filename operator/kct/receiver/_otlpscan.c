@@ -1,15 +1,23 @@
 /* One pass over the wire bytes of an ExportMetricsServiceRequest that the receiver has already parsed
- * (so the bytes are valid protobuf): count the data points, check them as kct.receiver.sanitize does, and
- * collect the attribute keys the privacy filter decides on.
+ * (so the bytes are valid protobuf): count the data points, decide what is invalid, and collect the
+ * attribute keys the privacy filter decides on. This is the one place where the receiver's validity rules
+ * live (OTLP "partial success": what is dropped, and how many points it rejects); kct.receiver.sanitize
+ * only deletes what this reports and words the reasons.
  *
- *   scan(data: bytes, point_attributes: bool, check_points: bool) -> (data_points, keys) | None
+ *   scan(data: bytes, point_attributes: bool, check_points: bool) -> (data_points, keys, drops) | None
  *
- * `keys` is a set of the distinct attribute keys (bytes) of resources, scopes and, when `point_attributes`,
- * data points. None means "not certain that nothing must be dropped": a metric without data or name, a
- * number point without a value, a histogram whose bucket counts do not fit its bounds, a data oneof set
- * more than once, or wire data this walk does not follow. The caller then runs the Python walk, which
- * produces the exact partial-success answer. Only the fast answer "nothing to drop, N points" is given
- * here, so a mistake can cost speed, never correctness, as long as every answer it gives is exact.
+ * `data_points` counts the points that stay. `keys` is a set of the distinct attribute keys (bytes) of
+ * resources, scopes and, when `point_attributes`, data points. `drops` is a tuple, in message order, of
+ * (resource index, scope index, metric index, reason, rejected points, point indices):
+ *   NO_DATA              the metric has no data (rejects 0 points): drop the metric
+ *   NO_NAME              the metric has data but no name (rejects all its points): drop the metric
+ *   NUMBER_WITHOUT_VALUE gauge/sum points without as_double/as_int (when `check_points`): drop those points
+ *   HISTOGRAM_BUCKETS    histogram points whose bucket_counts (when present) are not len(explicit_bounds)+1
+ *                        (when `check_points`): drop those points
+ * The indices are those of the decoded message: the n-th occurrence of a repeated message field is its n-th
+ * element. None means the walk does not follow these bytes: a metric's data oneof set more than once (merged
+ * or replaced by protobuf) or wire data it does not read (groups among unknown fields). The caller then asks
+ * again about the message's canonical serialization, which has neither.
  *
  * Field numbers: opentelemetry/proto/{collector/metrics,metrics,common,resource}/v1.
  */
@@ -23,6 +31,8 @@ typedef struct {
     const uint8_t *end;
 } span;
 
+enum reason { R_NO_DATA = 1, R_NO_NAME, R_NUMBER_WITHOUT_VALUE, R_HISTOGRAM_BUCKETS };
+
 /* Distinct keys are few (a fleet uses a few dozen) while occurrences are many (every point repeats its
  * keys): occurrences are compared against the distinct ones seen so far and only those become Python
  * objects. Past SEEN_MAX distinct keys every occurrence goes to the set (correct, only slower). */
@@ -30,13 +40,14 @@ typedef struct {
 
 typedef struct {
     PyObject *keys;
+    PyObject *drops; /* list, created on the first drop: a clean push builds none */
     int point_attributes;
     int check_points;
     long long points;
+    Py_ssize_t resource, scope, metric; /* position of the metric being scanned */
     int nseen;
     span seen[SEEN_MAX];
 } scan_state;
-
 /* 1 ok, 0 end of data, -1 malformed */
 static int next_field(span *s, uint32_t *field, int *wire, span *value, uint64_t *scalar) {
     if (s->p >= s->end)
@@ -159,7 +170,24 @@ static int64_t count_fixed64(int wire, span v) {
     return 0;
 }
 
-/* kind: 5 gauge, 7 sum (NumberDataPoint), 9 histogram, 10 exponential histogram, 11 summary */
+/* Appends (resource, scope, metric, reason, rejected, bad) to the drops; steals `bad` (a tuple). */
+static int add_drop(scan_state *st, int reason, Py_ssize_t rejected, PyObject *bad) {
+    if (st->drops == NULL && (st->drops = PyList_New(0)) == NULL) {
+        Py_XDECREF(bad);
+        return -1;
+    }
+    if (bad == NULL && (bad = PyTuple_New(0)) == NULL)
+        return -1;
+    PyObject *drop = Py_BuildValue("(nnninN)", st->resource, st->scope, st->metric, reason, rejected, bad);
+    if (drop == NULL)
+        return -1;
+    int rc = PyList_Append(st->drops, drop);
+    Py_DECREF(drop);
+    return rc;
+}
+
+/* kind: 5 gauge, 7 sum (NumberDataPoint), 9 histogram, 10 exponential histogram, 11 summary.
+ * 0 valid, a reason when invalid, -1 bail/error. */
 static int scan_point(scan_state *st, span pt, uint32_t kind) {
     uint32_t f;
     int w, r;
@@ -173,7 +201,7 @@ static int scan_point(scan_state *st, span pt, uint32_t kind) {
             if (st->point_attributes && add_key(st, v) < 0)
                 return -1;
         } else if ((kind == 5 || kind == 7) && (f == 4 || f == 6) && w == 1) {
-            has_value = 1;
+            has_value = 1; /* as_double, as_int: the `value` oneof */
         } else if (kind == 9 && (f == 6 || f == 7)) {
             n = count_fixed64(w, v);
             if (n < 0)
@@ -188,12 +216,62 @@ static int scan_point(scan_state *st, span pt, uint32_t kind) {
         return -1;
     if (st->check_points) {
         if ((kind == 5 || kind == 7) && !has_value)
-            return -1;
+            return R_NUMBER_WITHOUT_VALUE;
         if (kind == 9 && buckets && buckets != bounds + 1)
-            return -1;
+            return R_HISTOGRAM_BUCKETS;
     }
-    st->points++;
     return 0;
+}
+
+/* The points (field 1 of Gauge, Sum, Histogram, ExponentialHistogram, Summary) of one metric's data. */
+static int scan_points(scan_state *st, span data, uint32_t kind) {
+    uint32_t f;
+    int w, r, reason = 0, bad_reason = 0;
+    span v;
+    uint64_t x;
+    Py_ssize_t index = 0;
+    PyObject *bad = NULL; /* indices of the invalid points, created on the first */
+    while ((r = next_field(&data, &f, &w, &v, &x)) == 1) {
+        if (f != 1 || w != 2)
+            continue;
+        if ((reason = scan_point(st, v, kind)) < 0)
+            break;
+        if (reason) {
+            PyObject *i = PyLong_FromSsize_t(index);
+            if (i == NULL || (bad == NULL && (bad = PyList_New(0)) == NULL) || PyList_Append(bad, i) < 0) {
+                Py_XDECREF(i);
+                reason = -1;
+                break;
+            }
+            Py_DECREF(i);
+            bad_reason = reason; /* one kind per metric: one reason */
+        }
+        index++;
+    }
+    if (r < 0 || reason < 0) {
+        Py_XDECREF(bad);
+        return -1;
+    }
+    Py_ssize_t nbad = bad ? PyList_GET_SIZE(bad) : 0;
+    st->points += index - nbad;
+    if (bad == NULL)
+        return 0;
+    PyObject *indices = PyList_AsTuple(bad);
+    Py_DECREF(bad);
+    return indices == NULL ? -1 : add_drop(st, bad_reason, nbad, indices);
+}
+
+/* Points of a metric dropped whole: counted (they are rejected), not checked, their keys not collected
+ * (they never reach the privacy filter). */
+static Py_ssize_t count_points(span data) {
+    uint32_t f;
+    int w, r;
+    span v;
+    uint64_t x;
+    Py_ssize_t n = 0;
+    while ((r = next_field(&data, &f, &w, &v, &x)) == 1)
+        n += f == 1 && w == 2;
+    return r < 0 ? -1 : n;
 }
 
 static int scan_metric(scan_state *st, span m) {
@@ -205,20 +283,23 @@ static int scan_metric(scan_state *st, span m) {
     Py_ssize_t name_len = 0;
     while ((r = next_field(&m, &f, &w, &v, &x)) == 1) {
         if (f == 1 && w == 2) {
-            name_len = v.end - v.p;
+            name_len = v.end - v.p; /* the last occurrence wins, as protobuf's */
         } else if ((f == 5 || f == 7 || f == 9 || f == 10 || f == 11) && w == 2) {
             if (kind)
-                return -1; /* set twice: merged or replaced by protobuf, left to the Python walk */
+                return -1; /* set twice: merged or replaced by protobuf, asked again canonically */
             kind = f;
             data = v;
         }
     }
-    if (r < 0 || !kind || !name_len)
+    if (r < 0)
         return -1;
-    while ((r = next_field(&data, &f, &w, &v, &x)) == 1)
-        if (f == 1 && w == 2 && scan_point(st, v, kind) < 0)
-            return -1;
-    return r < 0 ? -1 : 0;
+    if (!kind)
+        return add_drop(st, R_NO_DATA, 0, NULL);
+    if (!name_len) {
+        Py_ssize_t n = count_points(data);
+        return n < 0 ? -1 : add_drop(st, R_NO_NAME, n, NULL);
+    }
+    return scan_points(st, data, kind);
 }
 
 static int scan_scope_metrics(scan_state *st, span sm) {
@@ -226,13 +307,17 @@ static int scan_scope_metrics(scan_state *st, span sm) {
     int w, r;
     span v;
     uint64_t x;
+    st->metric = 0;
     while ((r = next_field(&sm, &f, &w, &v, &x)) == 1) {
         if (w != 2)
             continue;
         if (f == 1 && scan_attributes(st, v, 3) < 0) /* InstrumentationScope.attributes = 3 */
             return -1;
-        if (f == 2 && scan_metric(st, v) < 0)
-            return -1;
+        if (f == 2) {
+            if (scan_metric(st, v) < 0)
+                return -1;
+            st->metric++;
+        }
     }
     return r < 0 ? -1 : 0;
 }
@@ -242,13 +327,17 @@ static int scan_resource_metrics(scan_state *st, span rm) {
     int w, r;
     span v;
     uint64_t x;
+    st->scope = 0;
     while ((r = next_field(&rm, &f, &w, &v, &x)) == 1) {
         if (w != 2)
             continue;
         if (f == 1 && scan_attributes(st, v, 1) < 0) /* Resource.attributes = 1 */
             return -1;
-        if (f == 2 && scan_scope_metrics(st, v) < 0)
-            return -1;
+        if (f == 2) {
+            if (scan_scope_metrics(st, v) < 0)
+                return -1;
+            st->scope++;
+        }
     }
     return r < 0 ? -1 : 0;
 }
@@ -261,9 +350,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         return NULL;
     scan_state st;
     st.keys = PySet_New(NULL);
+    st.drops = NULL;
     st.point_attributes = point_attributes;
     st.check_points = check_points;
     st.points = 0;
+    st.resource = st.scope = st.metric = 0;
     st.nseen = 0;
     if (st.keys == NULL) {
         PyBuffer_Release(&buf);
@@ -277,17 +368,26 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     int failed = 0;
     r = 0;
     while (!failed && (r = next_field(&req, &f, &w, &v, &x)) == 1)
-        if (f == 1 && w == 2 && scan_resource_metrics(&st, v) < 0)
-            failed = 1;
+        if (f == 1 && w == 2) {
+            if (scan_resource_metrics(&st, v) < 0)
+                failed = 1;
+            st.resource++;
+        }
     PyBuffer_Release(&buf);
     if (failed || r < 0) {
         Py_DECREF(st.keys);
+        Py_XDECREF(st.drops);
         if (PyErr_Occurred())
             return NULL;
         Py_RETURN_NONE;
     }
-    PyObject *out = Py_BuildValue("(LN)", st.points, st.keys);
-    return out;
+    PyObject *drops = st.drops ? PyList_AsTuple(st.drops) : PyTuple_New(0);
+    Py_XDECREF(st.drops);
+    if (drops == NULL) {
+        Py_DECREF(st.keys);
+        return NULL;
+    }
+    return Py_BuildValue("(LNN)", st.points, st.keys, drops);
 }
 
 
@@ -548,7 +648,7 @@ static PyObject *schema(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(data, point_attributes, check_points) -> (data_points, keys) | None: see the module source."},
+     "scan(data, point_attributes, check_points) -> (data_points, keys, drops) | None: see the module source."},
     {"valid", valid, METH_VARARGS, "valid(data) -> bool: True when upb certainly parses these bytes."},
     {"schema", schema, METH_NOARGS, "schema() -> {message: {field: (kind, repeated, message)}}: the table."},
     {NULL, NULL, 0, NULL},
@@ -558,4 +658,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_otlpscan",
                                     "One pass over OTLP metrics wire bytes (kct receiver).", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__otlpscan(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__otlpscan(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "NO_DATA", R_NO_DATA) < 0 || PyModule_AddIntConstant(m, "NO_NAME", R_NO_NAME) < 0
+        || PyModule_AddIntConstant(m, "NUMBER_WITHOUT_VALUE", R_NUMBER_WITHOUT_VALUE) < 0
+        || PyModule_AddIntConstant(m, "HISTOGRAM_BUCKETS", R_HISTOGRAM_BUCKETS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

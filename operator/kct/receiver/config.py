@@ -219,7 +219,7 @@ class ValidationConfig(StrictModel):
     check_data_points: bool = Field(
         default=True,
         description="Check every data point (a number point has a value, histogram buckets fit their "
-        "bounds) and drop bad ones (partial success). Costs ~1 us per point; metric-level checks always run.",
+        "bounds) and drop bad ones (partial success); metric-level checks always run.",
     )
 
 

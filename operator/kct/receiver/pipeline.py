@@ -40,7 +40,6 @@ from kct.receiver.sanitize import (
     SanitizeResult,
     resource_attribute,
     sanitize,
-    scan_untouched,
     untouched_unparsed,
 )
 from kct.receiver.sink import Sink
@@ -272,17 +271,13 @@ class Pipeline:
         return untouched_unparsed(data, self.filter, check_points=self.config.validation.check_data_points)
 
     def _sanitize(self, request: ExportMetricsServiceRequest, data: bytes, is_protobuf: bool) -> SanitizeResult:
-        """Validate and filter: the native one-pass scan when it proves nothing must change, else the walk."""
-        check_points = self.config.validation.check_data_points
-        if is_protobuf:
-            untouched = scan_untouched(data, self.filter, check_points=check_points)
-            if untouched is not None:
-                return untouched
+        """Validate and filter: the native scan's report on the push, applied to the decoded message (nothing
+        walked in Python when the scan finds nothing to drop)."""
         return sanitize(
             request,
             self.filter,
-            point_attributes=not is_protobuf or self.filter.may_drop_in(data),
-            check_points=check_points,
+            serialized=data if is_protobuf else None,
+            check_points=self.config.validation.check_data_points,
         )
 
     def _instance_id_from(

@@ -5,12 +5,9 @@ Our own metrics (librdkafka, the Java client) do not, but any OTLP sender can, s
 attributes before storing. Decisions are cached per key: a fleet uses a few dozen distinct keys, so the
 patterns run once per key, not once per attribute.
 
-Walking every data point's attributes in Python costs ~2.5 us per point (most of a push's CPU), so a
-prefilter looks at the serialized protobuf first: protobuf stores strings verbatim, so a key matching a
-deny pattern must contain that pattern's longest literal fragment somewhere in the bytes. When no fragment
-occurs (the usual case for Kafka clients' metrics) point attributes cannot need filtering and the walk is
-skipped. The scan is one RE2 pass (linear time, ~25 us for 10 KB). It is sound only for protobuf bytes
-(JSON may escape characters), and unavailable when a pattern has no literal or the default is "drop".
+Walking every data point's attributes in Python costs ~2.5 us per point (most of a push's CPU), so the
+receiver first asks about the distinct keys its native scan collected (`keeps_all_raw`, decisions cached
+per raw key): when every key is kept (the usual case for Kafka clients' metrics) nothing is walked.
 """
 
 from __future__ import annotations
@@ -19,8 +16,6 @@ import fnmatch
 import re
 from collections.abc import Iterable, MutableSequence
 from typing import Any
-
-import re2
 
 from kct.receiver.config import PrivacyConfig
 
@@ -34,25 +29,6 @@ def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(parts)) if parts else None
 
 
-def _longest_literal(pattern: str) -> str:
-    fragments = re.split(r"[*?]|\[[^\]]*\]", pattern)
-    return max(fragments, key=len)
-
-
-def _prefilter(config: PrivacyConfig) -> Any:
-    """A compiled RE2 over bytes finding any deny literal, or None when no sound prefilter exists."""
-    if config.default_action != "keep" or not config.deny:
-        return None if config.default_action != "keep" else _NEVER
-    literals = {_longest_literal(p) for p in config.deny}
-    if "" in literals:
-        return None
-    alternation = b"|".join(re.escape(lit.encode()) for lit in sorted(literals))
-    return re2.compile(alternation)
-
-
-_NEVER = object()  # no deny patterns and default keep: nothing can ever be dropped
-
-
 class AttributeFilter:
     """Decides, per attribute key, keep or drop; and drops from a repeated KeyValue field in place."""
 
@@ -63,16 +39,6 @@ class AttributeFilter:
         self.check_data_points = config.check_data_point_attributes
         self._decisions: dict[str, bool] = {}
         self._raw_decisions: dict[bytes, bool] = {}
-        self._prefilter = _prefilter(config)
-
-    def may_drop_in(self, serialized: bytes) -> bool:
-        """False only when no attribute key in these protobuf bytes can match a deny pattern."""
-        prefilter = self._prefilter
-        if prefilter is None:
-            return True
-        if prefilter is _NEVER:
-            return False
-        return prefilter.search(serialized) is not None
 
     def keeps(self, key: str) -> bool:
         decision = self._decisions.get(key)

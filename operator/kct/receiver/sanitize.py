@@ -1,29 +1,31 @@
 """Validate a push, count its data points, drop private attributes: who owns which part.
 
-- The verdict "this protobuf push needs no change" (every metric named and with data, every point valid,
-  no attribute key the privacy filter drops) and its point count: `kct.receiver._otlpscan` (C), one pass
-  over the wire bytes, reached through `scan_untouched` and `untouched_unparsed`. `_otlpscan.valid` also
+- Which pieces of a push are invalid (OTLP "partial success": a metric without data or without a name, a
+  number point without a value, a histogram point whose bucket counts do not fit its bounds), how many
+  points each rejects, and how many points stay: `kct.receiver._otlpscan` (C), the one owner of these
+  rules, in one pass over the protobuf bytes. It reports what to drop by position (resource, scope,
+  metric, point indices) with a reason code, and the distinct attribute keys it saw. The extension is
+  part of the product (setup.py builds it, not optionally): importing this module without it fails,
+  naming what to do.
+- Which attribute keys are private: `kct.receiver.privacy`.
+- The mechanics, here: `scan_untouched` / `untouched_unparsed` give the fast answer "nothing to change,
+  N points" when the report is empty and the privacy filter keeps every key seen (`_otlpscan.valid` also
   proves that the protobuf runtime would parse the bytes, so a clean push with both ids in the broker's
-  headers is stored as sent, never decoded. The extension is part of the product (setup.py builds it,
-  not optionally): importing this module without it fails, naming what to do.
-- Everything that changes or explains a push: `sanitize` here, the walk over the decoded message. It runs
-  for JSON pushes and whenever the scan declines, drops invalid pieces rather than the whole push (OTLP
-  "partial success": a metric without a name or without data, a number point without a value, a
-  histogram point whose bucket counts do not fit its bounds), removes private attributes
-  (`kct.receiver.privacy` decides per key) and says how many points were rejected and why. A push in
-  which nothing valid remains is a 400 (`kct.receiver.pipeline`).
-- The walk is also the oracle the scan is checked against: tests/unit/receiver/test_receiver_native_scan.py
-  asserts that whenever the scan answers, the walk over the same bytes changes nothing and counts the same
-  points, on the fuzz seeds and thousands of mutations of them.
+  headers is stored as sent, never decoded). Otherwise `sanitize` applies the report to the decoded
+  message (deletes the reported metrics and points, words each reason code as the partial-success
+  message says it) and, only when a key seen is private, removes private attributes from resources,
+  scopes and the points that remain. A JSON push is scanned through its protobuf encoding; wire bytes
+  the scan does not follow (a group among unknown fields, a metric's data set twice) through the
+  message's canonical encoding. A push in which nothing valid remains is a 400 (`kct.receiver.pipeline`).
 
-The walk touches each point once and only looks at point attributes when the privacy filter asks for it.
+The rules walked in Python over the decoded message, the receiver's engine before the scan reported what
+to drop, are the oracle in tests/receiver_oracle: tests/unit/receiver/test_receiver_native_scan.py holds
+the report applied here to it, bit for bit, on the fuzz seeds and thousands of mutations of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
@@ -72,16 +74,15 @@ def scan_untouched(
     serialized: bytes, attribute_filter: AttributeFilter, *, check_points: bool = True
 ) -> SanitizeResult | None:
     """The result `sanitize` would give for these protobuf bytes (already parsed successfully) when it
-    would change nothing, found in one native pass over the bytes; None when something may have to be
-    rejected or dropped: then `sanitize` must run.
+    would change nothing, found in one native pass over the bytes; None when something must be rejected or
+    dropped (or the scan does not follow these bytes): then `sanitize` must run on the decoded message.
 
-    This is the common case (valid points, no private attribute keys) and costs a fraction of the walk
-    over the decoded message, whose per-point method calls were most of a push's CPU."""
+    This is the common case (valid points, no private attribute keys): nothing is walked in Python."""
     found = _otlpscan.scan(serialized, attribute_filter.check_data_points, check_points)
     if found is None:
         return None
-    points, keys = found
-    if not attribute_filter.keeps_all_raw(keys):
+    points, keys, drops = found
+    if drops or not attribute_filter.keeps_all_raw(keys):
         return None
     return SanitizeResult(data_points=points)
 
@@ -97,76 +98,97 @@ def untouched_unparsed(
     return scan_untouched(serialized, attribute_filter, check_points=check_points)
 
 
-def _check_points(kind: str, points: Any, metric_name: str, result: SanitizeResult) -> None:
-    """Drop invalid points of one metric in place."""
-    if kind in ("gauge", "sum"):
-        bad = [i for i, point in enumerate(points) if point.WhichOneof("value") is None]
-        reason = f"metric {metric_name!r}: number data point without a value"
-    elif kind == "histogram":
-        bad = [
-            i
-            for i, point in enumerate(points)
-            if point.bucket_counts and len(point.bucket_counts) != len(point.explicit_bounds) + 1
-        ]
-        reason = f"metric {metric_name!r}: histogram bucket_counts must have len(explicit_bounds) + 1 entries"
-    else:
-        return
-    if bad:
-        for i in reversed(bad):
-            del points[i]
-        result.reject(len(bad), reason)
-
-
 def sanitize(
     request: ExportMetricsServiceRequest,
     attribute_filter: AttributeFilter,
     *,
-    point_attributes: bool = True,
+    serialized: bytes | None = None,
     check_points: bool = True,
 ) -> SanitizeResult:
     """Validate and filter `request` in place; return what was kept, rejected and dropped.
 
-    `point_attributes=False` skips the data point attribute walk (the caller's prefilter proved it
-    useless); resource and scope attributes are always filtered.
+    `serialized`: the protobuf bytes `request` was parsed from, scanned instead of re-encoding the message
+    (None for a JSON push). The attributes are walked only when the scan saw a key the filter drops.
     """
-    result = SanitizeResult()
-    filt = attribute_filter.filter
-    filter_points = attribute_filter.check_data_points and point_attributes
-    for rm in request.resource_metrics:
-        if rm.HasField("resource"):
-            result.dropped_attributes += filt(rm.resource.attributes)
-        for sm in rm.scope_metrics:
-            if sm.HasField("scope"):
-                result.dropped_attributes += filt(sm.scope.attributes)
-            _sanitize_metrics(sm.metrics, result, filt if filter_points else None, check_points)
+    points, keys, drops = _report(request, serialized, attribute_filter.check_data_points, check_points)
+    result = SanitizeResult(data_points=points)
+    if drops:
+        _delete(request, drops, result)
+    if not attribute_filter.keeps_all_raw(keys):
+        result.dropped_attributes = _drop_private(request, attribute_filter, attribute_filter.check_data_points)
     return result
 
 
-def _sanitize_metrics(
-    metrics: Any, result: SanitizeResult, filt: Callable[[MutableSequence[Any]], int] | None, check_points: bool
-) -> None:
-    """One scope's metrics: drop those without data or name, check and count their points, and filter the
-    points' attributes (`filt` None: not needed)."""
-    dropped: list[int] = []
-    for i, metric in enumerate(metrics):
-        kind = metric.WhichOneof("data")
-        if kind is None:
-            dropped.append(i)
-            result.reject(0, f"metric {metric.name!r} has no data")
+def _report(
+    request: ExportMetricsServiceRequest, serialized: bytes | None, point_keys: bool, check_points: bool
+) -> tuple[int, set[bytes], tuple[_otlpscan.Drop, ...]]:
+    """The scan's report on the message's bytes (those it was parsed from, else its own encoding), or when
+    the scan does not follow those, on its canonical encoding without unknown fields (same elements at the
+    same indices, each oneof once)."""
+    found = _otlpscan.scan(
+        serialized if serialized is not None else request.SerializeToString(), point_keys, check_points
+    )
+    if found is None:
+        canonical = ExportMetricsServiceRequest()
+        canonical.CopyFrom(request)
+        canonical.DiscardUnknownFields()
+        found = _otlpscan.scan(canonical.SerializeToString(), point_keys, check_points)
+    if found is None:  # pragma: no cover - the fuzz test holds the scan to every canonical encoding
+        raise RuntimeError("kct.receiver._otlpscan did not follow a canonical ExportMetricsServiceRequest")
+    return found
+
+
+# The scan's reason codes in the words of the partial-success message; {!r}: the metric's name.
+_METRIC_REASONS = {
+    _otlpscan.NO_DATA: "metric {!r} has no data",
+    _otlpscan.NO_NAME: "metric without a name",
+}
+_POINT_REASONS = {
+    _otlpscan.NUMBER_WITHOUT_VALUE: "metric {!r}: number data point without a value",
+    _otlpscan.HISTOGRAM_BUCKETS: "metric {!r}: histogram bucket_counts must have len(explicit_bounds) + 1 entries",
+}
+
+
+def _delete(request: ExportMetricsServiceRequest, drops: tuple[_otlpscan.Drop, ...], result: SanitizeResult) -> None:
+    """Delete what the scan reported, by position, and record each rejection with its reason (in message
+    order, as the reasons are listed). Points first, then whole metrics from the last, so that no deletion
+    moves an index another one uses."""
+    dropped_metrics: dict[tuple[int, int], list[int]] = {}
+    for r, s, m, reason, rejected, bad_points in drops:
+        metrics = request.resource_metrics[r].scope_metrics[s].metrics
+        metric = metrics[m]
+        if reason in _METRIC_REASONS:
+            result.reject(rejected, _METRIC_REASONS[reason].format(metric.name))
+            dropped_metrics.setdefault((r, s), []).append(m)
             continue
-        points = getattr(metric, kind).data_points
-        if not metric.name:
-            dropped.append(i)
-            result.reject(len(points), "metric without a name")
-            continue
-        if check_points:
-            _check_points(kind, points, metric.name, result)
-        result.data_points += len(points)
-        if filt is not None:
-            result.dropped_attributes += sum(filt(point.attributes) for point in points if point.attributes)
-    for i in reversed(dropped):
-        del metrics[i]
-    result.dropped_metrics += len(dropped)
+        result.reject(rejected, _POINT_REASONS[reason].format(metric.name))
+        data_points = getattr(metric, metric.WhichOneof("data")).data_points
+        for i in reversed(bad_points):
+            del data_points[i]
+    for (r, s), indices in dropped_metrics.items():
+        metrics = request.resource_metrics[r].scope_metrics[s].metrics
+        for m in reversed(indices):
+            del metrics[m]
+        result.dropped_metrics += len(indices)
+
+
+def _drop_private(request: ExportMetricsServiceRequest, attribute_filter: AttributeFilter, points: bool) -> int:
+    """Remove the attributes the privacy filter drops from resources, scopes and (`points`) the data points
+    that remain; return how many were removed."""
+    filt = attribute_filter.filter
+    dropped = 0
+    for rm in request.resource_metrics:
+        if rm.HasField("resource"):
+            dropped += filt(rm.resource.attributes)
+        for sm in rm.scope_metrics:
+            if sm.HasField("scope"):
+                dropped += filt(sm.scope.attributes)
+            if not points:
+                continue
+            for metric in sm.metrics:  # every metric left has data: those without were deleted
+                data_points = getattr(metric, metric.WhichOneof("data")).data_points
+                dropped += sum(filt(point.attributes) for point in data_points if point.attributes)
+    return dropped
 
 
 def resource_attribute(request: ExportMetricsServiceRequest, keys: tuple[str, ...]) -> str | None:

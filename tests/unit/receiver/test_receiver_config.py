@@ -22,6 +22,7 @@ from kct.receiver.config import (
 )
 from kct.receiver.kafka_sink import producer_config, quiet_producer_config
 from kct.receiver.privacy import AttributeFilter
+from kct.receiver.sanitize import sanitize, scan_untouched
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "receiver-local.yaml"
@@ -146,20 +147,32 @@ def test_allow_wins_over_deny_and_default_drop_keeps_only_allowed() -> None:
 
 
 @given(key=st.sampled_from(["host.name", "os.type", "my.secret.thing", "db_password", "k8s.node.name"]),
-       prefix=st.binary(max_size=30), suffix=st.binary(max_size=30))
-def test_prefilter_never_hides_a_denied_key(key: str, prefix: bytes, suffix: bytes) -> None:
-    """Given any bytes containing a denied key verbatim (as protobuf stores it), then the prefilter says
-    "may drop", so the full walk runs."""
-    filt = AttributeFilter(PrivacyConfig())
-    assert not filt.keeps(key)
-    assert filt.may_drop_in(prefix + key.encode() + suffix)
-
-
-def test_prefilter_skips_ordinary_client_metrics() -> None:
-    """Given a Kafka client push with ordinary labels, then the prefilter lets the walk be skipped."""
+       where=st.sampled_from(["resource", "point"]), value=st.text(max_size=20))
+def test_the_scan_never_hides_a_denied_key(key: str, where: str, value: str) -> None:
+    """Given a push with a denied key among ordinary ones (on the resource or on every data point), then the
+    receiver's native scan reports it, the fast path declines, and `sanitize` removes every occurrence."""
     from conftest import make_request
 
-    assert not AttributeFilter(PrivacyConfig()).may_drop_in(make_request(50).SerializeToString())
+    filt = AttributeFilter(PrivacyConfig())
+    assert not filt.keeps(key)
+    req = (make_request(3, resource={"client_rack": "r1", key: value}) if where == "resource"
+           else make_request(3, point_attributes={"topic": "orders", key: value}))
+    data = req.SerializeToString()
+    assert scan_untouched(data, filt) is None
+    result = sanitize(req, filt, serialized=data)
+    assert result.dropped_attributes == (1 if where == "resource" else 3)
+    rm = req.resource_metrics[0]
+    points = rm.scope_metrics[0].metrics[0].gauge.data_points
+    assert key not in [kv.key for kv in rm.resource.attributes] + [kv.key for p in points for kv in p.attributes]
+
+
+def test_ordinary_client_metrics_take_the_fast_path() -> None:
+    """Given a Kafka client push with ordinary labels, then nothing needs filtering: the fast path answers."""
+    from conftest import make_request
+
+    data = make_request(50).SerializeToString()
+    found = scan_untouched(data, AttributeFilter(PrivacyConfig()))
+    assert found is not None and found.data_points == 50 and not found.modified
 
 
 # -- header labels ---------------------------------------------------------------------------------------
