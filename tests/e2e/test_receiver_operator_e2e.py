@@ -62,6 +62,23 @@ def kubectl(stack: Any) -> Kubectl:
     return tool
 
 
+def test_credentials_in_plain_producer_properties_are_refused_at_apply_time(stack: Any, kubectl: Kubectl) -> None:
+    """Given the CRDs on a real API server, When a TelemetryReceiver puts `sasl.password` in producerProperties,
+    Then the apply is refused naming the field; the same spec with the credential from a Secret is accepted."""
+    leaked = example_manifest(stack, receiver={"producerProperties": {"sasl.password": "hunter2"}})
+    leaked["metadata"]["name"] = unique("leaked")
+    refused = kubectl.run("apply", "--dry-run=server", "-n", "default", "-f", "-", stdin=yaml.safe_dump(leaked),
+                          check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert "spec.receiver.producerProperties" in refused.stderr and "must not hold credentials" in refused.stderr
+    fixed = example_manifest(stack, receiver={
+        "producerPropertiesFromSecrets": {"sasl.password": {"name": "kafka-user", "key": "password"}}})
+    fixed["metadata"]["name"] = leaked["metadata"]["name"]
+    accepted = kubectl.run("apply", "--dry-run=server", "-n", "default", "-f", "-", stdin=yaml.safe_dump(fixed),
+                           check=False)
+    assert accepted.returncode == 0, accepted.stderr
+
+
 @pytest.fixture(scope="module")
 def spark_crds(kubectl: Kubectl) -> None:
     """The spark-operator's CRDs, installed into the cluster (fetched from its Go module; cached by stack-up)."""

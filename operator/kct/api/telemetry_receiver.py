@@ -144,6 +144,33 @@ class ReceiverAuthSpec(SpecModel):
     `<name>-token` (key `token`) once and keeps it."""
 
 
+# Producer properties that carry credentials. A CR and the ConfigMap rendered from it are readable by anyone
+# who may read the namespace's configuration; credentials belong in Secrets (`producerPropertiesFromSecrets`).
+# Matched on lower-cased keys: any key containing one of the words, or one of the exact keys.
+SECRET_PROPERTY_WORDS: Final = ("password", "secret")
+SECRET_PROPERTY_KEYS: Final = ("sasl.jaas.config", "sasl.oauthbearer.config", "ssl.key.pem", "ssl.keystore.key",
+                               "ssl.keystore.pem", "ssl.key.location.pem")
+
+
+def secret_looking(key: str) -> bool:
+    """True for a producer property whose value is a credential (SECRET_PROPERTY_WORDS/KEYS)."""
+    lowered = key.lower()
+    return lowered in SECRET_PROPERTY_KEYS or any(word in lowered for word in SECRET_PROPERTY_WORDS)
+
+
+def _secret_property_rule() -> str:
+    """The CEL form of `secret_looking`, so the API server refuses what the model refuses."""
+    words = " || ".join(f"k.lowerAscii().contains('{word}')" for word in SECRET_PROPERTY_WORDS)
+    keys = ", ".join(f"'{key}'" for key in SECRET_PROPERTY_KEYS)
+    return f"!has(self.producerProperties) || self.producerProperties.all(k, !({words} || k.lowerAscii() in [{keys}]))"
+
+
+_SECRET_PROPERTY_MESSAGE: Final = (
+    "producerProperties must not hold credentials (keys containing password or secret, sasl.jaas.config, "
+    "private keys): the CR and the receiver's ConfigMap are not secret; use producerPropertiesFromSecrets"
+)
+
+
 class ReceiverSettings(ReceiverTuning):
     """The receiver's settings: every section of its own config (`kct receiver --config`) that a deployment
     tunes (inherited from `ReceiverTuning`, so a new section needs no edit here), plus how the operator
@@ -153,6 +180,7 @@ class ReceiverSettings(ReceiverTuning):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                cel_rule(_secret_property_rule(), _SECRET_PROPERTY_MESSAGE, field_path=".producerProperties"),
                 cel_rule(
                     "!has(self.quotas) || !has(self.quotas.overrides) || "
                     "self.quotas.overrides.all(o, has(o.user) || has(o.clientId))",
@@ -173,10 +201,19 @@ class ReceiverSettings(ReceiverTuning):
     auth: ReceiverAuthSpec = ReceiverAuthSpec()
     """Push authentication."""
     producer_properties: dict[str, str] = Field(default_factory=dict)
-    """Extra librdkafka producer properties (e.g. `compression.type: zstd`)."""
+    """Extra librdkafka producer properties (e.g. `compression.type: zstd`). Credentials are refused here
+    (keys containing password or secret, `sasl.jaas.config`, private keys): use
+    `producerPropertiesFromSecrets`."""
     producer_properties_from_secrets: dict[str, SecretKeyReference] = Field(default_factory=dict)
     """librdkafka producer properties whose values are Secret keys (e.g. `sasl.password:
     {name: kafka-user, key: password}`); the pods get them as environment variables, never in the ConfigMap."""
+
+    @model_validator(mode="after")
+    def _no_credentials_in_plain_properties(self) -> ReceiverSettings:
+        found = sorted(key for key in self.producer_properties if secret_looking(key))
+        if found:
+            raise ValueError(f"producerProperties: {', '.join(found)}: {_SECRET_PROPERTY_MESSAGE}")
+        return self
 
 
 class OutputTopicSpec(SpecModel):

@@ -49,6 +49,12 @@ def test_the_example_parses_and_an_empty_spec_has_defaults() -> None:
         ({"aggregation": {"mode": "scheduled"}}, "spec.aggregation", "schedule: required"),
         ({"topic": {"partitions": 0}}, "spec.topic.partitions", "greater than or equal to 1"),
         ({"replicas": "2"}, "spec.replicas", "valid integer"),
+        ({"receiver": {"producerProperties": {"sasl.password": "p"}}}, "producerProperties: sasl.password",
+         "use producerPropertiesFromSecrets"),
+        ({"receiver": {"producerProperties": {"SSL.Key.Password": "p", "sasl.jaas.config": "x"}}},
+         "producerProperties: SSL.Key.Password, sasl.jaas.config", "must not hold credentials"),
+        ({"receiver": {"producerProperties": {"sasl.oauthbearer.client.secret": "s"}}},
+         "sasl.oauthbearer.client.secret", "must not hold credentials"),
     ],
 )
 def test_invalid_specs_are_refused_naming_the_field(spec: dict[str, Any], field: str, rule: str) -> None:
@@ -113,3 +119,25 @@ def test_a_min_isr_above_the_replication_factor_is_refused_at_apply_time() -> No
         "!has(self.replicationFactor) || !has(self.minInsyncReplicas) || "
         "self.minInsyncReplicas <= self.replicationFactor",
     )]
+
+
+def test_plain_producer_properties_without_credentials_are_accepted() -> None:
+    """Given producer properties that are settings, not credentials, When parsed, Then they are kept; a
+    credential goes through producerPropertiesFromSecrets instead."""
+    spec = parse_receiver_spec({"receiver": {
+        "producerProperties": {"compression.type": "zstd", "security.protocol": "SASL_SSL",
+                               "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "kct",
+                               "sasl.oauthbearer.token.endpoint.url": "https://idp/token"},
+        "producerPropertiesFromSecrets": {"sasl.password": {"name": "kafka-user", "key": "password"}},
+    }})
+    assert spec.receiver.producer_properties["sasl.username"] == "kct"
+    assert spec.receiver.producer_properties_from_secrets["sasl.password"].name == "kafka-user"
+
+
+def test_the_crd_refuses_credentials_in_plain_properties_with_the_models_rule() -> None:
+    """Given the generated CRD, Then spec.receiver carries a CEL rule on producerProperties built from the same
+    word and key lists as the model's check (the API server refuses what the operator would)."""
+    rules = schema()["properties"]["receiver"]["x-kubernetes-validations"]
+    (rule,) = [r for r in rules if r.get("fieldPath") == ".producerProperties"]
+    assert "k.lowerAscii().contains('password')" in rule["rule"] and "'sasl.jaas.config'" in rule["rule"]
+    assert "producerPropertiesFromSecrets" in rule["message"]
