@@ -25,7 +25,8 @@ from pyspark.sql import functions as F
 from kct.aggregation.client_windows import with_push_times
 from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import jvm_points
-from kct.aggregation.outputs import append_once, concurrently, files_for, send_to_kafka
+from kct.aggregation.otlp_export import WindowExporter
+from kct.aggregation.outputs import append_once, concurrently, files_for, send_to_kafka, send_to_otlp
 from kct.aggregation.rollups_jvm import rollups_of
 from kct.aggregation.session import require_jvm_engine
 from kct.aggregation.source import read_records
@@ -65,10 +66,11 @@ def state_store(spark: Any, cfg: AggregationConfig) -> StateStore:
 
 
 def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, rows: int,
-                     fired: Any = None) -> dict[str, Callable[[], None]]:
+                     fired: Any = None, exporter: WindowExporter | None = None) -> dict[str, Callable[[], None]]:
     """What a micro-batch's finalized windows (`rows` client_metrics rows) are written to, by output name
     (client_metrics and rollups in files sized to the rows, alerts in one: they are a few rows; `fired`: the
-    alerts of `metrics`, `stream_alerts.alerts_with_history`, None: none)."""
+    alerts of `metrics`, `stream_alerts.alerts_with_history`, None: none; `exporter`: the OTLP export's, kept
+    across micro-batches for its counters)."""
     files = files_for(rows)
 
     def write_alerts() -> None:
@@ -83,6 +85,10 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
     if cfg.kafka_output is not None:
         kafka = cfg.kafka_output
         out["kafka"] = lambda: send_to_kafka(metrics, kafka)
+    if exporter is not None:
+        # Marked written per batch id like the others; a replay that sends again sends the same samples
+        # (kct.aggregation.otlp_metrics: stamped with the window's end, counters cumulative), never more.
+        out["otlp"] = lambda: send_to_otlp(spark, metrics, cfg, exporter)
     return out
 
 
@@ -139,6 +145,7 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
     per batch id; and the stream state, saved with them, before Spark commits the batch."""
     store = state_store(spark, cfg)
     span = alerts_span(cfg)
+    exporter = None if cfg.export is None else WindowExporter(cfg.export)
 
     def step_of(records: Any, previous: StreamState) -> Advance:
         # How many records may hold a termination, counted in advance_records' first job: none (the usual
@@ -167,7 +174,7 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
                     spark, metrics, cfg, tuple(counted[1:]) if span and counted is not None else None,
                     previous)
                 outputs = {} if metrics is None or not rows else _metrics_outputs(
-                    spark, cfg, metrics, batch_id, rows, fired)
+                    spark, cfg, metrics, batch_id, rows, fired, exporter)
                 alert_rows, alert_rows_for = next_alert_rows(spark, cfg, history, previous,
                                                              step.state.final_before_s)
                 state = replace(step.state, alert_rows=alert_rows, alert_rows_for=alert_rows_for)
