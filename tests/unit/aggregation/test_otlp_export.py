@@ -245,3 +245,52 @@ def test_the_job_config_takes_an_export_section_and_refuses_typos() -> None:
     assert cfg.export.labels == DEFAULT_EXPORT_LABELS
     with pytest.raises(ValueError, match=r"export\.maxSeries"):
         parse_job_config({**base, "export": {"endpoint": "http://x", "maxSeries": 1}})
+
+
+class _Endpoint:
+    """A loopback HTTP endpoint answering the given status codes in turn (then 200), recording requests."""
+
+    def __init__(self, answers: list[int]) -> None:
+        import http.server
+        import threading
+
+        self.answers = list(answers)
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        endpoint = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                endpoint.requests.append((dict(self.headers.items()), body))
+                code = endpoint.answers.pop(0) if endpoint.answers else 200
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_args: Any) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/metrics"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_http_sender_posts_protobuf_with_the_headers_and_retries_a_503() -> None:
+    """Given an endpoint answering 503 once, When a window is exported over HTTP with an Authorization header,
+    Then the request is posted twice as application/x-protobuf with the header, and the second is accepted."""
+    endpoint = _Endpoint([503])
+    try:
+        cfg = OtlpExportConfig(endpoint=endpoint.url, headers={"Authorization": "Bearer t0k"}, backoff_seconds=0.0)
+        status = WindowExporter(cfg).export_rows([row(PRODUCER + "record.queue.time.max", value_last=3.0)])
+    finally:
+        endpoint.close()
+    assert (status.windows_sent, status.requests_failed) == (1, 1)
+    assert len(endpoint.requests) == 2
+    headers, body = endpoint.requests[1]
+    assert (headers["Content-Type"], headers["Authorization"]) == ("application/x-protobuf", "Bearer t0k")
+    assert "kafka.producer.record.queue.time.max" in metrics_of(ExportMetricsServiceRequest.FromString(body))
