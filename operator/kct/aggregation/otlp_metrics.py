@@ -111,9 +111,10 @@ class WindowPoints:
 
 
 def _ns(value: Any) -> int:
+    """Nanoseconds since the epoch of a window bound. PySpark hands timestamps out as naive datetimes in the
+    driver's local time zone, which `timestamp()` reads back the same way."""
     if isinstance(value, dt.datetime):
-        stamp = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-        return int(stamp.timestamp()) * 1_000_000_000 + stamp.microsecond * 1_000
+        return round(value.timestamp() * 1_000_000) * 1_000
     return int(value)
 
 
