@@ -199,18 +199,29 @@ def _attributes(items: Iterable[tuple[str, str]]) -> list[KeyValue]:
     return [KeyValue(key=key, value=AnyValue(string_value=value)) for key, value in items]
 
 
-def _metric(name: str, kind: str, unit: str, points: list[Point], start_ns: int, end_ns: int) -> pb.Metric:
-    data = [pb.NumberDataPoint(attributes=_attributes(p.labels), time_unix_nano=end_ns, as_double=p.value,
-                               start_time_unix_nano=start_ns if kind == DELTA else 0)
-            for p in points]
+def _metric(name: str, kind: str, unit: str, points: list[Point], start_ns: int, end_ns: int,
+            encoded: dict[tuple[tuple[str, str], ...], bytes]) -> pb.Metric:
+    """One metric's points; `encoded`: label sets already serialized (shared by a request's metrics)."""
     metric = pb.Metric(name=name, unit=unit)
     if kind == GAUGE:
-        metric.gauge.data_points.extend(data)
+        data_points = metric.gauge.data_points
     else:
-        metric.sum.data_points.extend(data)
+        data_points = metric.sum.data_points
         metric.sum.is_monotonic = kind in (COUNTER, DELTA)
         metric.sum.aggregation_temporality = (
             pb.AGGREGATION_TEMPORALITY_DELTA if kind == DELTA else pb.AGGREGATION_TEMPORALITY_CUMULATIVE)
+    # A client's labels are the same on most of its points: each label set is built as messages once and
+    # merged in from its serialized form (upb parses it in C), faster than building the messages per point.
+    for p in points:
+        labels = encoded.get(p.labels)
+        if labels is None:
+            labels = encoded[p.labels] = pb.NumberDataPoint(attributes=_attributes(p.labels)).SerializeToString()
+        point = data_points.add()
+        point.MergeFromString(labels)
+        point.time_unix_nano = end_ns
+        point.as_double = p.value
+        if kind == DELTA:
+            point.start_time_unix_nano = start_ns
     return metric
 
 
@@ -223,11 +234,12 @@ def requests_for(window: WindowPoints, resource_attributes: Mapping[str, str],
     chunks = [window.points[i:i + points_per_request]
               for i in range(0, len(window.points), points_per_request)] or [[]]
     requests: list[ExportMetricsServiceRequest] = []
+    encoded: dict[tuple[tuple[str, str], ...], bytes] = {}
     for index, chunk in enumerate(chunks):
         by_metric: dict[tuple[str, str, str], list[Point]] = {}
         for point in chunk:
             by_metric.setdefault((point.name, point.kind, point.unit), []).append(point)
-        metrics = [_metric(name, kind, unit, points, window.window_start_ns, window.window_end_ns)
+        metrics = [_metric(name, kind, unit, points, window.window_start_ns, window.window_end_ns, encoded)
                    for (name, kind, unit), points in sorted(by_metric.items())]
         if index == 0:
             metrics.extend(extra)
