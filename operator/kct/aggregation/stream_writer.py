@@ -3,7 +3,8 @@
 Each micro-batch of records goes to the writer, which finalizes the windows the watermark has passed
 (kct.aggregation.stream: ClientWindows over the records of those windows plus a small state kept per batch
 id under the checkpoint), writes client_metrics, derives roll-ups and alerts from them
-(kct.aggregation.stream_alerts), forwards them to the optional Kafka topic, and writes the micro-batch's
+(kct.aggregation.stream_alerts), forwards them to the optional Kafka topic and OTLP endpoint
+(kct.aggregation.otlp_export: one exporter for the query, its counters cumulative), and writes the micro-batch's
 terminations (stateless, from the same cached micro-batch: a second query read the whole topic again for
 them). Checkpoints keep offsets and state.
 
