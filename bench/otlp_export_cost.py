@@ -6,7 +6,7 @@ For each fleet size, one window of pushes (6 per client, 10 s apart; kct.aggrega
 `--partitions` per-partition series each) is aggregated by the job's engine (ClientWindows, local Spark) into
 client_metrics rows, and the export of that window is timed, `--rounds` times, best kept:
 
-  collect   the window's rows (otlp_metrics.EXPORT_COLUMNS) to the driver, as outputs.send_to_otlp does
+  collect   the window's rows (otlp_metrics.EXPORT_COLUMNS) to the driver through Arrow, as outputs.send_to_otlp
   build     rows -> points (labels, merging, cap) -> serialized requests
   send      the requests to a throwaway Prometheus's OTLP receiver (dev/stack/prometheus.py; skipped with
             --no-prometheus), the whole WindowExporter.export_rows
@@ -94,8 +94,7 @@ def main() -> int:
         for clients in (int(c) for c in args.clients.split(",")):
             metrics = client_metrics_from_records(records(spark, clients, args.partitions)).persist()
             windows = metrics.select("window_start").distinct().count()
-            collect_s, rows = best(args.rounds, lambda m=metrics: [
-                r.asDict() for r in m.select(*EXPORT_COLUMNS).collect()])
+            collect_s, rows = best(args.rounds, lambda m=metrics: m.select(*EXPORT_COLUMNS).toArrow().to_pylist())
 
             def build(rows: list[dict[str, Any]] = rows) -> tuple[int, int]:
                 points = bytes_ = 0

@@ -122,7 +122,9 @@ def _labels(row: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, str]:
     labels = {name: str(row[name]) for name in (INSTANCE_LABEL, *LABEL_COLUMNS)
               if name in allowed and row.get(name) is not None}
     labels[INSTANCE_LABEL] = str(row[INSTANCE_LABEL])
-    for key, value in (row.get("attributes") or {}).items():
+    attributes = row.get("attributes") or {}
+    # A map column is a dict in a Spark Row and a list of (key, value) pairs in Arrow's rows.
+    for key, value in attributes.items() if isinstance(attributes, Mapping) else attributes:
         if key in allowed and value is not None:
             labels[key] = str(value)
     return labels

@@ -140,7 +140,8 @@ def send_to_otlp(spark: Any, df: Any, cfg: AggregationConfig, exporter: WindowEx
     """The finished windows' client_metrics rows (already aggregated: a row per client, series and window)
     collected on the driver and exported, then the export's status written next to the tables. No Python runs
     per row in Spark; the rows are the aggregates the tables hold."""
-    rows = [row.asDict() for row in df.select(*EXPORT_COLUMNS).collect()]
+    # Through Arrow: ~2x faster than collect()'s pickled Rows at 16,000 rows (bench/otlp_export_cost.py).
+    rows = df.select(*EXPORT_COLUMNS).toArrow().to_pylist()
     status = exporter.export_rows(rows)
     jvm = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(export_status_path(cfg))

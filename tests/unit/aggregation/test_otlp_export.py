@@ -294,3 +294,11 @@ def test_the_http_sender_posts_protobuf_with_the_headers_and_retries_a_503() -> 
     headers, body = endpoint.requests[1]
     assert (headers["Content-Type"], headers["Authorization"]) == ("application/x-protobuf", "Bearer t0k")
     assert "kafka.producer.record.queue.time.max" in metrics_of(ExportMetricsServiceRequest.FromString(body))
+
+
+def test_rows_collected_through_arrow_give_the_same_points() -> None:
+    """Given a row as Arrow's to_pylist gives it (attributes as (key, value) pairs, an aware window end),
+    When exported, Then its point equals the one of the same row as a Spark Row gives it (a dict)."""
+    as_row = row(PRODUCER + "node.request.latency.avg", value_last=2.0, attributes={"node_id": "3", "x": "y"})
+    as_arrow = {**as_row, "attributes": [("node_id", "3"), ("x", "y")]}
+    assert window_points([as_arrow], config()) == window_points([as_row], config())
