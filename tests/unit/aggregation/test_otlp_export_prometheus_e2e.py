@@ -168,3 +168,36 @@ def test_an_endpoint_that_is_down_is_retried_boundedly_and_counted_without_faili
     assert (status["windows_sent"], status["windows_failed"]) == (0, len(windows))
     assert status["requests_failed"] == 2 * len(windows)
     assert "refused" in status["last_error"].lower()
+
+
+def test_the_stream_exports_each_finalized_window_once_per_batch_even_when_replayed(
+        jvm_decoder: Any, prometheus: Any, tmp_path: Path) -> None:
+    """Given the streaming job's foreachBatch with an export, micro-batch 0 (windows 0 and 1) and micro-batch 1
+    (window 2, which finalizes window 1), batch 1 run twice (a replay),
+    When Prometheus is queried at each finalized window's end, Then it returns the Parquet row's value, and the
+    export's status counts each finalized window once."""
+    from aggregation_helpers import T0, point, records_df
+
+    from kct.aggregation.config import RunConfig, WindowConfig
+    from kct.aggregation.stream_writer import metrics_batch_writer
+
+    spark = jvm_decoder
+    base = (time.time_ns() // (60 * S) - 5) * 60 - T0 // S  # seconds after T0 of a minute 5 minutes ago
+    cfg = _config(tmp_path, prometheus.otlp_metrics_url).model_copy(update={
+        "run": RunConfig(checkpoint_path=str(tmp_path / "checkpoints")),
+        "window": WindowConfig(size_seconds=60, watermark_seconds=0)})
+    qtime = PREFIX + "producer.record.queue.time.max"
+    write = metrics_batch_writer(spark, cfg)
+    write(records_df(spark, [point(qtime, base + t, 1.0 + t) for t in (10, 40, 70, 100)]), 0)
+    second = records_df(spark, [point(qtime, base + t, 1.0 + t) for t in (130, 160)])
+    write(second, 1)
+    write(second, 1)
+
+    rows = spark.read.parquet(f"{cfg.parquet.path}/client_metrics").collect()
+    assert len(rows) == 2
+    job = _job(tmp_path)
+    for r in rows:
+        promql = f'kafka_producer_record_queue_time_max_milliseconds{{job="{job}",client_instance_id="inst-1"}}'
+        assert _value(prometheus, promql, r["window_end"].timestamp()) == r["value_last"]
+    status = json.loads(Path(export_status_path(cfg)).read_text())
+    assert (status["windows_sent"], status["windows_failed"]) == (2, 0)
