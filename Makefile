@@ -61,7 +61,7 @@ aggregation-jvm-test: venv  ## the aggregation's JVM code's JUnit tests (operato
 images:  ## build the container images from the Dockerfile without Docker (buildah, local Debian bases; ~/.cache/kct/images)
 	$(PYTHON) dev/images/images.py build
 
-stack-install:  ## download and build what the local stack runs (kube-apiserver, Kafka and the plugin's version matrix, the client matrix's libraries, helm), cached under ~/.cache/kct
+stack-install:  ## download and build what the local stack runs (kube-apiserver, Kafka and the plugin's version matrix, the client matrix's libraries, Prometheus, helm), cached under ~/.cache/kct
 	$(PYTHON) dev/stack/stack.py install
 	$(PYTHON) dev/tools/tools.py install
 

@@ -14,7 +14,8 @@ what `up` started.
 `install` only downloads and builds (minutes on a cold machine, nothing when cached): `make pytest` runs it
 first, so no test's timeout is spent compiling the API server or fetching the brokers of the plugin's
 version matrix (kafka_versions.MATRIX, ~45 MB of jars each) or the client libraries of the client
-matrix (kafka_clients.CLIENTS, a virtualenv per confluent-kafka version).
+matrix (kafka_clients.CLIENTS, a virtualenv per confluent-kafka version), nor building Prometheus (its OTLP
+receiver takes the aggregation's export in the tests: prometheus.py).
 
 `node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS and Kafka, all inside network
@@ -44,6 +45,7 @@ import kafka_versions
 import kube
 import netns
 import node
+import prometheus
 import spark_operator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,6 +89,7 @@ def install() -> int:
             kafka_broker.install_libs(release.version)
         kafka_clients.install()  # the client libraries' matrix (test_client_matrix_e2e.py)
         spark_operator.crds()  # fetched, not installed into the API server: the tests that need them do
+        prometheus.install()  # the OTLP export's tests run it (dev/stack/prometheus.py), and promtool
     return 0
 
 

@@ -15,7 +15,8 @@ from typing import Any
 from kct.aggregation.client_windows import client_metrics_from_records
 from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import jvm_points
-from kct.aggregation.outputs import concurrently, files_for, send_to_kafka, write_counted
+from kct.aggregation.otlp_export import WindowExporter
+from kct.aggregation.outputs import concurrently, files_for, send_to_kafka, send_to_otlp, write_counted
 from kct.aggregation.rollups_jvm import rollups_of
 from kct.aggregation.session import require_jvm_engine
 from kct.aggregation.source import read_records
@@ -25,7 +26,7 @@ from kct.aggregation.transforms import alerts, terminations
 __all__ = ["run_batch"]
 
 
-def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
+def run_batch(spark: Any, cfg: AggregationConfig, records: Any = None) -> dict[str, int]:
     """Aggregate everything currently in the topic; overwrite the outputs; rows written per table.
 
     The topic is read once (its records kept, they are small next to their points) and aggregated once into
@@ -34,9 +35,10 @@ def run_batch(spark: Any, cfg: AggregationConfig) -> dict[str, int]:
     sum of client_metrics' `points`, counted while writing it (every point is in exactly one window's row),
     so no job counts the decoded points. Each table is written in files sized to client_metrics' rows
     (`outputs.files_for`; terminations and alerts in one). The outputs only read the two caches, so they are
-    written at the same time (`outputs.concurrently`). Fails first, naming the fix, without the decoder jar."""
+    written at the same time (`outputs.concurrently`). Fails first, naming the fix, without the decoder jar.
+    `records`: the records to aggregate instead of the topic's (tests, backfills from files)."""
     require_jvm_engine(spark)
-    records = read_records(spark, cfg, streaming=False).persist()
+    records = (read_records(spark, cfg, streaming=False) if records is None else records).persist()
     try:
         metrics = client_metrics_from_records(records, window_seconds=cfg.window.size_seconds,
                                               lookback_windows=cfg.window.counter_lookback_windows).persist()
@@ -76,4 +78,10 @@ def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: An
     }
     if cfg.kafka_output is not None:
         outputs["kafka"] = partial(send_to_kafka, metrics, cfg.kafka_output)
+    if cfg.export is not None:
+        exporter = WindowExporter(cfg.export)
+
+        def export() -> None:
+            send_to_otlp(spark, metrics, cfg, exporter)
+        outputs["otlp"] = export
     return outputs

@@ -22,12 +22,15 @@ from kct.configfile import ConfigError, read_yaml, validate_document
 from kct.models import StrictModel
 
 __all__ = [
+    "DEFAULT_EXPORT_LABELS",
     "JOB_JAVA_OPTIONS",
     "JOB_SPARK_CONF",
     "AggregationConfig",
     "AggregationTuning",
     "ConfigError",
+    "ExportSettings",
     "KafkaOutputConfig",
+    "OtlpExportConfig",
     "ParquetOutputConfig",
     "RunConfig",
     "SourceConfig",
@@ -96,6 +99,51 @@ class KafkaOutputConfig(StrictModel):
     bootstrap_servers: str = Field(min_length=1)
     topic: str = Field(min_length=1)
     producer_properties: dict[str, str] = Field(default_factory=dict)
+
+
+# The data-point attributes an exported series keeps unless `labels` says otherwise: who the client is and what
+# it runs (the KIP-714 broker labels), and the broker a per-node metric is about. Not kept: the client's source
+# address and port (a new series per connection), the principal (often one per client already), topic and
+# partition attributes (a series per partition per client). `client_instance_id` is always kept (added when
+# missing): without it two clients' series would merge.
+DEFAULT_EXPORT_LABELS: Final[tuple[str, ...]] = (
+    "client_instance_id", "client_id", "client_software_name", "client_software_version", "node_id",
+)
+
+
+class ExportSettings(StrictModel):
+    """OTLP export of each finished window's aggregates (per client): what the job's config and a
+    TelemetryReceiver's `spec.aggregation.export` share. Credentials and the CA are not here: the job's config
+    has their values (`OtlpExportConfig`), the CRD references Secrets (kct.api.telemetry_receiver)."""
+
+    endpoint: str = Field(min_length=1, pattern=r"^https?://")
+    """OTLP/HTTP metrics URL, e.g. `http://prometheus:9090/api/v1/otlp/v1/metrics` (Prometheus with
+    `--web.enable-otlp-receiver`) or `http://otel-collector:4318/v1/metrics`."""
+    resource_attributes: dict[str, str] = Field(default_factory=lambda: {"service.name": "kct-aggregation"})
+    """Resource attributes of every request (Prometheus: `job` from `service.name`, the rest in `target_info`)."""
+    labels: tuple[str, ...] = DEFAULT_EXPORT_LABELS
+    """Data-point attributes kept on exported series (broker labels by their KIP-714 name, e.g.
+    `client_software_name`, or a metric's own attribute, e.g. `topic`); others are dropped and the series that
+    then coincide are merged. `client_instance_id` is always kept."""
+    max_series_per_window: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
+    """Most series one window sends; the rest are dropped (whole clients, in client order) and counted in
+    `kct.aggregation.export.series.dropped`."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 10.0
+    """Per request."""
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 4
+    """Attempts per request (connection errors, 429 and 5xx are retried); then the window counts as failed."""
+    backoff_seconds: Annotated[float, Field(ge=0, le=60)] = 1.0
+    """Wait before the second attempt, doubled for each further one (capped at 30 s)."""
+
+
+class OtlpExportConfig(ExportSettings):
+    """The job's export section: the shared settings plus header values and a CA file (the operator renders
+    Secret values as `${ENV}` references, expanded when the job loads its config)."""
+
+    headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers of every request, e.g. `Authorization: Bearer ${KCT_EXPORT_HEADER_0}`."""
+    ca_file: str | None = None
+    """PEM bundle to verify an https endpoint with; absent: the system's CAs."""
 
 
 class RunConfig(StrictModel):
@@ -182,6 +230,7 @@ class AggregationConfig(AggregationTuning):
     source: SourceConfig
     parquet: ParquetOutputConfig
     kafka_output: KafkaOutputConfig | None = None
+    export: OtlpExportConfig | None = None
     run: RunConfig = Field(default_factory=RunConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
 

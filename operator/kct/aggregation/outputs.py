@@ -1,4 +1,4 @@
-"""Where and how the job's tables and its optional Kafka topic are written.
+"""Where and how the job's tables, its optional Kafka topic and its optional OTLP export are written.
 
 The tables' layout (their folders under `parquet.path`, date partitions, rows clustered by metric inside a
 file, files sized by row count), the writes every mode shares (a counted write, an append staged once per
@@ -9,6 +9,7 @@ writes side by side. Which rows go where is the caller's: kct.aggregation.batch,
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -19,14 +20,19 @@ from pyspark.sql import functions as F
 
 from kct.aggregation.config import AggregationConfig, KafkaOutputConfig
 from kct.aggregation.delivery import StagedAppend
+from kct.aggregation.otlp_export import WindowExporter
+from kct.aggregation.otlp_metrics import EXPORT_COLUMNS
 
 __all__ = [
+    "EXPORT_STATUS_FILE",
     "ROWS_PER_FILE",
     "TABLES",
     "append_once",
     "concurrently",
+    "export_status_path",
     "files_for",
     "send_to_kafka",
+    "send_to_otlp",
     "table_path",
     "write_counted",
     "write_table",
@@ -120,6 +126,31 @@ def _send_partition(conf: dict[str, Any], topic: str, partition: Iterable[Any]) 
     remaining = producer.flush(60)
     if remaining:
         raise RuntimeError(f"kafka output: {remaining} aggregate records not acknowledged")
+
+
+EXPORT_STATUS_FILE = "_export/status.json"
+
+
+def export_status_path(cfg: AggregationConfig) -> str:
+    """Where the job keeps its OTLP export's status (kct.aggregation.otlp_export.ExportStatus), as JSON."""
+    return f"{cfg.parquet.path.rstrip('/')}/{EXPORT_STATUS_FILE}"
+
+
+def send_to_otlp(spark: Any, df: Any, cfg: AggregationConfig, exporter: WindowExporter) -> None:
+    """The finished windows' client_metrics rows (already aggregated: a row per client, series and window)
+    collected on the driver and exported, then the export's status written next to the tables. No Python runs
+    per row in Spark; the rows are the aggregates the tables hold."""
+    # Through Arrow: ~2x faster than collect()'s pickled Rows at 16,000 rows (bench/otlp_export_cost.py).
+    rows = df.select(*EXPORT_COLUMNS).toArrow().to_pylist()
+    status = exporter.export_rows(rows)
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(export_status_path(cfg))
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    out = fs.create(path, True)
+    try:
+        out.write(bytearray(json.dumps(status.as_dict(), sort_keys=True).encode()))
+    finally:
+        out.close()
 
 
 def concurrently(tasks: dict[str, Callable[[], _T]], spark: Any = None) -> dict[str, _T]:

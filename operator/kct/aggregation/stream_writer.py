@@ -3,7 +3,8 @@
 Each micro-batch of records goes to the writer, which finalizes the windows the watermark has passed
 (kct.aggregation.stream: ClientWindows over the records of those windows plus a small state kept per batch
 id under the checkpoint), writes client_metrics, derives roll-ups and alerts from them
-(kct.aggregation.stream_alerts), forwards them to the optional Kafka topic, and writes the micro-batch's
+(kct.aggregation.stream_alerts), forwards them to the optional Kafka topic and OTLP endpoint
+(kct.aggregation.otlp_export: one exporter for the query, its counters cumulative), and writes the micro-batch's
 terminations (stateless, from the same cached micro-batch: a second query read the whole topic again for
 them). Checkpoints keep offsets and state.
 
@@ -29,7 +30,8 @@ from pyspark.sql import functions as F
 from kct.aggregation.client_windows import with_push_times
 from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import jvm_points
-from kct.aggregation.outputs import append_once, concurrently, files_for, send_to_kafka
+from kct.aggregation.otlp_export import WindowExporter
+from kct.aggregation.outputs import append_once, concurrently, files_for, send_to_kafka, send_to_otlp
 from kct.aggregation.retention_gaps import (
     SkippedOffsetsMetric,
     describe_skipped,
@@ -76,10 +78,11 @@ def state_store(spark: Any, cfg: AggregationConfig) -> StateStore:
 
 
 def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, rows: int,
-                     fired: Any = None) -> dict[str, Callable[[], None]]:
+                     fired: Any = None, exporter: WindowExporter | None = None) -> dict[str, Callable[[], None]]:
     """What a micro-batch's finalized windows (`rows` client_metrics rows) are written to, by output name
     (client_metrics and rollups in files sized to the rows, alerts in one: they are a few rows; `fired`: the
-    alerts of `metrics`, `stream_alerts.alerts_with_history`, None: none)."""
+    alerts of `metrics`, `stream_alerts.alerts_with_history`, None: none; `exporter`: the OTLP export's, kept
+    across micro-batches for its counters)."""
     files = files_for(rows)
 
     def write_alerts() -> None:
@@ -94,6 +97,10 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
     if cfg.kafka_output is not None:
         kafka = cfg.kafka_output
         out["kafka"] = lambda: send_to_kafka(metrics, kafka)
+    if exporter is not None:
+        # Marked written per batch id like the others; a replay that sends again sends the same samples
+        # (kct.aggregation.otlp_metrics: stamped with the window's end, counters cumulative), never more.
+        out["otlp"] = lambda: send_to_otlp(spark, metrics, cfg, exporter)
     return out
 
 
@@ -151,6 +158,7 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
     store = state_store(spark, cfg)
     span = alerts_span(cfg)
     skipped_metric = SkippedOffsetsMetric(spark)
+    exporter = None if cfg.export is None else WindowExporter(cfg.export)
 
     def step_of(records: Any, previous: StreamState) -> Advance:
         # How many records may hold a termination, counted in advance_records' first job: none (the usual
@@ -187,7 +195,7 @@ def metrics_batch_writer(spark: Any, cfg: AggregationConfig) -> Callable[[Any, i
                     spark, metrics, cfg, tuple(counted[1:]) if span and counted is not None else None,
                     previous)
                 outputs = {} if metrics is None or not rows else _metrics_outputs(
-                    spark, cfg, metrics, batch_id, rows, fired)
+                    spark, cfg, metrics, batch_id, rows, fired, exporter)
                 alert_rows, alert_rows_for = next_alert_rows(spark, cfg, history, previous,
                                                              step.state.final_before_s)
                 state = replace(step.state, alert_rows=alert_rows, alert_rows_for=alert_rows_for,

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 
-from kct.aggregation.config import AggregationTuning
+from kct.aggregation.config import AggregationTuning, ExportSettings
 from kct.api._base import SpecModel, cel_rule
 from kct.api.status import Condition
 from kct.api.subscription import KafkaConnection
@@ -33,6 +33,8 @@ __all__ = [
     "AutoscalingSpec",
     "DriverSpec",
     "ExecutorSpec",
+    "ExportSpec",
+    "ExportTlsSpec",
     "NetworkPolicySpec",
     "OutputTopicSpec",
     "PodDisruptionBudgetSpec",
@@ -281,6 +283,26 @@ class ExecutorSpec(SpecModel):
     memory: SparkMemory = "2g"
 
 
+class ExportTlsSpec(SpecModel):
+    """How an https export endpoint is verified."""
+
+    ca_secret_ref: SecretKeyReference | None = None
+    """A Secret key holding the PEM CA bundle (e.g. `{name: otlp-ca, key: ca.crt}`), mounted into the driver;
+    absent: the image's system CAs."""
+
+
+class ExportSpec(ExportSettings):
+    """OTLP/HTTP export of each finished window's aggregates per client (the job's own export settings,
+    inherited from `ExportSettings`, plus the Secrets the operator gives the driver)."""
+
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Plain headers of every request (e.g. `X-Scope-OrgID: team-a`)."""
+    headers_from_secrets: dict[str, SecretKeyReference] = Field(default_factory=dict)
+    """Headers whose values are Secret keys (e.g. `Authorization: {name: otlp-auth, key: header}`); the driver
+    gets them as environment variables, never in the ConfigMap."""
+    tls: ExportTlsSpec = ExportTlsSpec()
+
+
 class AggregationSpec(AggregationTuning):
     """The Spark job aggregating the topic (kubeflow spark-operator, `sparkoperator.k8s.io/v1beta2`): the
     job's own tuning (`window`, `rules`, inherited from `AggregationTuning`) plus how it runs."""
@@ -321,6 +343,9 @@ class AggregationSpec(AggregationTuning):
     executor: ExecutorSpec = ExecutorSpec()
     spark_conf: dict[str, str] = Field(default_factory=dict)
     """Extra `sparkConf` entries."""
+    export: ExportSpec | None = None
+    """OTLP export of the aggregates (Prometheus's OTLP receiver, an OpenTelemetry Collector, ...); absent:
+    Parquet only."""
 
     @model_validator(mode="after")
     def _schedule_when_scheduled(self) -> AggregationSpec:

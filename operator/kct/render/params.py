@@ -19,8 +19,16 @@ import yaml
 from pydantic import ValidationError
 
 from kct import __version__
-from kct.aggregation.config import AggregationConfig, ParquetOutputConfig, RunConfig, SourceConfig, SparkConfig
-from kct.api.telemetry_receiver import SecretKeyReference, TelemetryReceiverSpec
+from kct.aggregation.config import (
+    AggregationConfig,
+    ExportSettings,
+    OtlpExportConfig,
+    ParquetOutputConfig,
+    RunConfig,
+    SourceConfig,
+    SparkConfig,
+)
+from kct.api.telemetry_receiver import ExportSpec, SecretKeyReference, TelemetryReceiverSpec
 from kct.receiver.config import AuthConfig, KafkaSinkConfig, ListenConfig, ReceiverConfig, dump_config_yaml
 from kct.render.names import ChildNames
 from kct.validation import format_validation_error
@@ -28,6 +36,7 @@ from kct.validation import format_validation_error
 __all__ = [
     "AGGREGATION_CONFIG_DIR",
     "AGGREGATION_CONFIG_KEY",
+    "EXPORT_CA_DIR",
     "OTLP_PORT",
     "RECEIVER_CONFIG_DIR",
     "RECEIVER_CONFIG_KEY",
@@ -37,6 +46,7 @@ __all__ = [
     "aggregation_config",
     "aggregation_config_yaml",
     "config_hash",
+    "export_header_env",
     "producer_secret_env",
     "receiver_config",
     "receiver_config_yaml",
@@ -51,6 +61,8 @@ RECEIVER_CONFIG_DIR: Final = "/etc/kct/receiver"
 RECEIVER_CONFIG_KEY: Final = "receiver.yaml"
 AGGREGATION_CONFIG_DIR: Final = "/etc/kct/aggregation"
 AGGREGATION_CONFIG_KEY: Final = "aggregation.yaml"
+# The export's CA bundle (spec.aggregation.export.tls.caSecretRef), mounted into the driver (it sends).
+EXPORT_CA_DIR: Final = "/etc/kct/export-ca"
 API_VERSION: Final = "telemetry.kct.dev/v1alpha1"
 KIND: Final = "TelemetryReceiver"
 
@@ -136,6 +148,23 @@ def _source(params: ReceiverParams) -> SourceConfig:
     return source.model_copy(update={"max_records_per_partition": aggregation.max_records_per_trigger})
 
 
+def export_header_env(export: ExportSpec) -> dict[str, str]:
+    """Export header -> the driver's environment variable carrying its Secret value (sorted, stable names)."""
+    return {header: f"KCT_EXPORT_HEADER_{index}" for index, header in enumerate(sorted(export.headers_from_secrets))}
+
+
+def _export_config(export: ExportSpec | None) -> OtlpExportConfig | None:
+    """The job's export section: the shared settings, plain headers, and `${ENV}` references for the Secret
+    ones (the job expands them when it loads its config: the values never reach the ConfigMap)."""
+    if export is None:
+        return None
+    shared = {name: getattr(export, name) for name in ExportSettings.model_fields}
+    secret_headers = {header: f"${{{variable}}}" for header, variable in export_header_env(export).items()}
+    headers = {**export.headers, **secret_headers}
+    ca = export.tls.ca_secret_ref
+    return OtlpExportConfig(**shared, headers=headers, ca_file=None if ca is None else f"{EXPORT_CA_DIR}/{ca.key}")
+
+
 def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
     """The Spark job's config, or None when aggregation is absent or disabled."""
     aggregation = params.spec.aggregation
@@ -145,6 +174,7 @@ def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
         **aggregation.tuning(),
         source=_source(params),
         parquet=ParquetOutputConfig(path=aggregation.sink_path),
+        export=_export_config(aggregation.export),
         run=RunConfig(
             mode="stream",
             # scheduled: each run drains what arrived since the last one, then stops (availableNow).

@@ -25,10 +25,12 @@ from kct.render.names import COMPONENT_AGGREGATION, child_labels
 from kct.render.params import (
     AGGREGATION_CONFIG_DIR,
     AGGREGATION_CONFIG_KEY,
+    EXPORT_CA_DIR,
     ReceiverParams,
     aggregation_config,
     aggregation_config_yaml,
     config_hash,
+    export_header_env,
 )
 
 __all__ = [
@@ -137,6 +139,7 @@ def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str
     }
     if aggregation.driver.service_account:
         driver["serviceAccount"] = aggregation.driver.service_account
+    _add_export_secrets(params, driver, volumes)
     spark_conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.metricsEnabled": "true",
@@ -169,6 +172,26 @@ def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str
             "securityContext": copy.deepcopy(_CONTAINER_SECURITY_CONTEXT),
         },
     }
+
+
+def _add_export_secrets(params: ReceiverParams, driver: dict[str, Any], volumes: list[dict[str, Any]]) -> None:
+    """The export's Secrets, on the driver only (it sends the windows): header values as environment
+    variables (the config refers to them as `${NAME}`), the CA bundle as a file."""
+    aggregation = params.spec.aggregation
+    export = None if aggregation is None else aggregation.export
+    if export is None:
+        return
+    env = [{"name": variable, "valueFrom": {"secretKeyRef": {"name": export.headers_from_secrets[header].name,
+                                                             "key": export.headers_from_secrets[header].key}}}
+           for header, variable in export_header_env(export).items()]
+    if env:
+        driver["env"] = env
+    ca = export.tls.ca_secret_ref
+    if ca is not None:
+        volumes.append({"name": "export-ca",
+                        "secret": {"secretName": ca.name, "items": [{"key": ca.key, "path": ca.key}]}})
+        driver["volumeMounts"] = [*driver["volumeMounts"],
+                                  {"name": "export-ca", "mountPath": EXPORT_CA_DIR, "readOnly": True}]
 
 
 def render_spark_application(params: ReceiverParams) -> dict[str, Any] | None:

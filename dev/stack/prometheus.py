@@ -1,0 +1,210 @@
+"""A Prometheus server for tests and the local tooling: built from its Go module, run on a free loopback port.
+
+Standard library only, like the rest of dev/stack. `prometheus` and `promtool` are built with
+`go install github.com/prometheus/prometheus/cmd/<tool>@v<PROMETHEUS_MODULE_VERSION>` (Prometheus 3.x is
+published as Go module versions `v0.3MM.P` for release `3.MM.P`; its go.mod has no `replace` directive, so
+`go install` accepts it) and cached under `~/.cache/kct/prometheus/<version>/bin/`. The web UI's assets are
+not embedded (the `builtinassets` build tag is left off): the tests use the HTTP API only.
+
+`started()` runs a throwaway server: its own temporary TSDB, a free loopback port, the OTLP receiver on
+(`--web.enable-otlp-receiver`, accepting OTLP/HTTP on `/api/v1/otlp/v1/metrics`), stopped and removed on exit.
+Delta sums are stored as they come (`--enable-feature=otlp-native-delta-ingestion`): KIP-714 clients send
+delta sums when the broker asks, and the export forwards a window's delta as one sample at the window's end
+(kct.aggregation.otlp_metrics), which a replay sends again unchanged; Prometheus otherwise refuses deltas, and
+its delta-to-cumulative conversion would add a replayed window twice.
+The aggregation job's exporter sends samples stamped with each window's end, which can be older than the
+server's clock; the out-of-order window lets such samples in after newer ones.
+
+    python3 dev/stack/prometheus.py install | path [prometheus|promtool] | run   (run: until Ctrl-C)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _proc
+
+__all__ = [
+    "PROMETHEUS_MODULE_VERSION",
+    "PROMETHEUS_VERSION",
+    "PrometheusServer",
+    "binary",
+    "install",
+    "started",
+]
+
+PROMETHEUS_VERSION = "3.16.0"
+PROMETHEUS_MODULE_VERSION = "0.316.0"
+_MODULE = "github.com/prometheus/prometheus"
+TOOLS = ("prometheus", "promtool")
+HOST = "127.0.0.1"
+# Samples stamped with a window's end arrive after newer ones of other windows (a replayed micro-batch, a
+# late window): the server accepts them within this window instead of dropping them as out of order.
+OUT_OF_ORDER_WINDOW = "2h"
+
+
+def _ldflags() -> str:
+    # The version ldflags make `prometheus --version` and /api/v1/status/buildinfo report the release.
+    common = "github.com/prometheus/common/version"
+    return f"-s -w -X {common}.Version={PROMETHEUS_VERSION} -X {common}.Branch=HEAD -X {common}.Revision=kct"
+
+
+def binary(tool: str = "prometheus") -> Path:
+    """Where the cached `tool` (prometheus or promtool) lives; `install()` puts it there."""
+    if tool not in TOOLS:
+        raise ValueError(f"unknown Prometheus tool {tool!r}; known: {', '.join(TOOLS)}")
+    return _proc.cache_dir("prometheus", PROMETHEUS_VERSION) / "bin" / tool
+
+
+def _go() -> str:
+    go = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
+    if go is None:
+        raise _proc.InstallError("prometheus", PROMETHEUS_VERSION, "the `go` toolchain is not on PATH (Go >= 1.26.7)")
+    return go
+
+
+def install() -> Path:
+    """Build (or find cached) prometheus and promtool; atomic per binary (a failed build leaves nothing)."""
+    missing = [tool for tool in TOOLS if not binary(tool).is_file()]
+    if not missing:
+        print(f"==> prometheus {PROMETHEUS_VERSION}: cached in {binary().parent}", flush=True)
+        return binary()
+    out = binary().parent
+    out.mkdir(parents=True, exist_ok=True)
+    go = _go()
+    with _proc.step(f"prometheus {PROMETHEUS_VERSION}: go install {' '.join(missing)} (~8 min when cold)"), \
+            tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        env = dict(os.environ, GOBIN=tmp, CGO_ENABLED="0", GOFLAGS="-buildvcs=false")
+        packages = [f"{_MODULE}/cmd/{tool}@v{PROMETHEUS_MODULE_VERSION}" for tool in missing]
+        # Outside any module (cwd is the temporary folder), so no go.mod of ours plays a part.
+        _proc.run([go, "install", "-trimpath", "-p", "2", f"-ldflags={_ldflags()}", *packages],
+                  tool="prometheus", version=PROMETHEUS_VERSION, cwd=Path(tmp), env=env)
+        for tool in missing:
+            built = Path(tmp, tool)
+            if not built.is_file():
+                raise _proc.InstallError("prometheus", PROMETHEUS_VERSION, f"go install produced no {tool}")
+            built.replace(binary(tool))
+    return binary()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class PrometheusServer:
+    """A running server: its base URL, where OTLP is posted, and a PromQL helper over the HTTP API."""
+
+    url: str
+    data_dir: Path
+    log: Path
+
+    @property
+    def otlp_metrics_url(self) -> str:
+        return f"{self.url}/api/v1/otlp/v1/metrics"
+
+    def api(self, path: str, **params: str) -> Any:
+        """GET `/api/v1/<path>` and return its `data`; raises on an error status."""
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=10) as resp:
+            body = json.load(resp)
+        if body.get("status") != "success":
+            raise RuntimeError(f"Prometheus {path} {params}: {body}")
+        return body["data"]
+
+    def query(self, promql: str, *, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result vector (each item: `metric` labels and `value` [time, "string"])."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self.api("query", **params)
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+
+def _ready(url: str) -> bool:
+    with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+@contextlib.contextmanager
+def started(*, timeout: float = 60.0) -> Iterator[PrometheusServer]:
+    """A Prometheus on a free loopback port with the OTLP receiver on and a temporary TSDB; stopped after."""
+    prometheus = install()
+    with tempfile.TemporaryDirectory(prefix="kct-prometheus-") as tmp:
+        root = Path(tmp)
+        config = root / "prometheus.yml"
+        # No scrape job: the tests push over OTLP. The out-of-order window is a TSDB setting of the config.
+        config.write_text(f"global: {{}}\nstorage:\n  tsdb:\n    out_of_order_time_window: {OUT_OF_ORDER_WINDOW}\n")
+        port = _free_port()
+        log = root / "prometheus.log"
+        argv = [
+            str(prometheus), f"--config.file={config}", f"--storage.tsdb.path={root / 'data'}",
+            f"--web.listen-address={HOST}:{port}", "--web.enable-otlp-receiver",
+            "--enable-feature=otlp-native-delta-ingestion", "--log.level=warn",
+        ]
+        with log.open("ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        try:
+            url = f"http://{HOST}:{port}"
+            _proc.wait_until(lambda: _ready(url), timeout=timeout, what="prometheus", log=log,
+                             alive=lambda: proc.poll() is None)
+            yield PrometheusServer(url=url, data_dir=root / "data", log=log)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("install", help="build prometheus and promtool (cached)")
+    path = sub.add_parser("path", help="print a tool's path, building it when missing")
+    path.add_argument("tool", nargs="?", default="prometheus", choices=TOOLS)
+    sub.add_parser("run", help="run a throwaway server until interrupted")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "install":
+            install()
+        elif args.command == "path":
+            install()
+            print(binary(args.tool))
+        else:
+            with started() as server:
+                print(f"prometheus: {server.url} (OTLP: {server.otlp_metrics_url}); Ctrl-C stops it", flush=True)
+                with contextlib.suppress(KeyboardInterrupt):
+                    signal.pause()
+    except _proc.InstallError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
