@@ -40,6 +40,7 @@ lint: venv  ## ruff (with the complexity check C901), import-linter's layer cont
 	MYPYPATH=dev/stack:dev/tools $(VENV)/bin/mypy --strict dev/tools dev/gen_install_manifest.py
 	MYPYPATH=operator $(VENV)/bin/mypy --strict dev/gen_crd_docs.py dev/gen_spark_manifests.py
 	MYPYPATH=dev/images $(VENV)/bin/mypy --strict dev/images
+	$(VENV)/bin/mypy --strict dev/dashboards
 	MYPYPATH=dev/demo:dev/stack:operator:tests $(VENV)/bin/mypy --strict dev/demo bench/*.py
 	MYPYPATH=operator:tests $(VENV)/bin/mypy --strict tests/aggregation_oracle tests/receiver_oracle
 	MYPYPATH=dev/stack:bench:operator $(VENV)/bin/mypy --strict bench/receiver_vs_collector.py
@@ -107,8 +108,9 @@ demo: venv spark-jars images spark-operator  ## the whole system on the node sta
 bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures written to docs/benchmarks/results.md (BENCH_ARGS=--full: the scripts' defaults)
 	$(VPY) bench/run_all.py $(BENCH_ARGS)
 
-manifests: venv  ## regenerate crds/ (from the spec models), helm/kct/crds, deploy/install.yaml, deploy/argocd/argocd-cm-health.yaml, docs/reference/crds.md and spark/*.yaml
+manifests: venv  ## regenerate crds/ (from the spec models), helm/kct/crds, helm/kct/dashboards, deploy/install.yaml, deploy/argocd/argocd-cm-health.yaml, docs/reference/crds.md and spark/*.yaml
 	$(VENV)/bin/kct crds generate
+	$(VPY) dev/dashboards/dashboards.py
 	$(PYTHON) dev/gen_install_manifest.py
 	$(VPY) dev/gen_crd_docs.py
 	$(VPY) dev/gen_spark_manifests.py
