@@ -134,3 +134,15 @@ objects it renders, by name, each with an ownerReference to its TelemetryReceive
   verbs: ["get"]
 {{- end }}
 {{- end }}
+
+{{/* Labels of the monitoring objects (dashboards, rules, monitors): the release's, without the operator's
+selector labels, which would make them look like part of the operator's Deployment. */}}
+{{- define "kct.monitoringLabels" -}}
+helm.sh/chart: {{ include "kct.chart" . }}
+app.kubernetes.io/name: {{ include "kct.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: monitoring
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kct
+{{- end }}
