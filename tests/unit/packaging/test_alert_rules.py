@@ -20,6 +20,9 @@ import yaml
 from chart_support import CHART, REPO
 from promtool_support import promtool_path
 
+from kct.receiver.config import ObservabilityConfig
+from kct.receiver.telemetry import Telemetry
+
 RULES = CHART / "rules" / "kct.rules.yaml"
 PROMTOOL_TESTS = REPO / "tests" / "promtool"
 # Grafana's built-in and our own variables, replaced by values PromQL accepts where they stand.
@@ -128,3 +131,34 @@ def test_a_broken_expression_fails_the_parse_check(promtool: Path, tmp_path: Pat
     errors = check_as_recording_rules(promtool, tmp_path, [("ok", "up"), ("broken", broken)])
     assert '"kct:check:1": could not parse expression' in errors, errors
     assert "kct:check:0" not in errors
+
+
+def receiver_series() -> set[str]:
+    """Every series name a receiver with all layers on (and attribution) exposes, observed once each."""
+    telemetry = Telemetry(ObservabilityConfig(), topic="telemetry")
+    telemetry.track_connections(lambda: 1, lambda: 0)
+    telemetry.track_attribution()
+    telemetry.track_state(lambda: 0, lambda: 0)
+    telemetry.track_sink(lambda: 0, lambda: True)
+    telemetry.request_done("POST", "/v1/metrics", 200, 0.01, 100)
+    telemetry.rejected("rate_limited", 429)
+    telemetry.connection_closed("idle_timeout")
+    telemetry.stage("decode", 0.001)
+    telemetry.push_accepted(1, 0, 0, False)
+    telemetry.throttled("rate_limited", 1.0)
+    telemetry.sent(0.01, "kafka_timeout")
+    telemetry.attributed("pod")
+    text = telemetry.render().decode()
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def test_receiver_series_in_dashboards_and_rules_are_the_receivers_own() -> None:
+    """Given the dashboards' and rules' expressions, Then every receiver series they name (kct_receiver_*,
+    http_server_*, messaging_client_*) is one the receiver exposes: a renamed metric fails here, not on a
+    blank panel."""
+    exposed = receiver_series()
+    exprs = [expr for _, expr in dashboard_expressions()] + [rule["expr"] for rule in alerts()]
+    named = {name for expr in exprs for name in re.findall(r"\b((?:kct_receiver|http_server|messaging_client)_\w+)",
+                                                            expr)}
+    assert len(named) >= 10
+    assert named - exposed == set()
