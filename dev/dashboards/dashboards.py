@@ -156,7 +156,9 @@ _BY: Final = "client_id"
 
 
 def _per_client(aggregate: str, metric: str) -> tuple[str, str]:
-    return f"{aggregate} by ({_BY}) ({metric}{{{_CLIENT}}})", "{{client_id}} " + metric.split("_", 2)[1]
+    # The legend names the metric (without the common prefix and unit): two series of a panel never share one.
+    legend = "{{client_id}} " + metric.removeprefix("kafka_").removesuffix("_milliseconds")
+    return f"{aggregate} by ({_BY}) ({metric}{{{_CLIENT}}})", legend
 
 
 def clients() -> gd.Dashboard:
