@@ -56,7 +56,7 @@ def test_check_reports_stale_missing_and_unexpected(generator: ModuleType, tmp_p
 @pytest.mark.parametrize("name", ["kct-fleet", "kct-clients", "kct-pipeline"])
 def test_every_panel_queries_the_chosen_prometheus(name: str) -> None:
     """Given a dashboard, Then it has a unique uid, a Prometheus `datasource` variable, and every panel and
-    query uses it, with an expression and a unique refId per panel."""
+    query uses it, with an expression, and refIds and legends unique within the panel."""
     dashboard = committed()[name]
     assert dashboard["uid"] == name
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
@@ -67,6 +67,8 @@ def test_every_panel_queries_the_chosen_prometheus(name: str) -> None:
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
         refs = [target["refId"] for target in panel["targets"]]
         assert refs and len(refs) == len(set(refs)), panel["title"]
+        legends = [target["legendFormat"] for target in panel["targets"]]
+        assert len(legends) == len(set(legends)), panel["title"]
         assert all(target["expr"].strip() for target in panel["targets"]), panel["title"]
 
 
