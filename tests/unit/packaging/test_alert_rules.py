@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 from chart_support import CHART, REPO
-from promtool_support import promtool_path
+from preconditions import missing_precondition
+from script_loader import load_script
 
 from kct.receiver.config import ObservabilityConfig
 from kct.receiver.telemetry import Telemetry
@@ -32,7 +33,12 @@ LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*), *(?P<label>\w+)\)$"
 
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    return promtool_path()
+    """The promtool `make stack-install` builds (dev/stack/prometheus.py, cached); never built here."""
+    stack = load_script(REPO / "dev" / "stack" / "prometheus.py")
+    path: Path = stack.binary("promtool")
+    if not path.is_file():
+        missing_precondition(f"promtool {stack.PROMETHEUS_VERSION} is not at {path} (make stack-install builds it)")
+    return path
 
 
 def run(promtool: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
