@@ -168,3 +168,10 @@ def test_receiver_series_in_dashboards_and_rules_are_the_receivers_own() -> None
                                                             expr)}
     assert len(named) >= 10
     assert named - exposed == set()
+
+
+def test_operations_doc_lists_every_alert() -> None:
+    """Given docs/operations.md's alert table, Then it names every alert of the rules file, and no other."""
+    doc = (REPO / "docs" / "operations.md").read_text()
+    listed = set(re.findall(r"^\| `(Kct\w+)` \|", doc, re.MULTILINE))
+    assert listed == {rule["alert"] for rule in alerts()}
