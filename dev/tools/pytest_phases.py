@@ -58,7 +58,7 @@ PHASES = (
 
 # `--checks`: the checks that need no server (lint, the JUnit suites) run first in the unit lane instead of
 # before every lane, so the end-to-end lanes, the longest, start minutes earlier.
-CHECKS = ("make", "--no-print-directory", "lint", "plugin-test", "aggregation-jvm-test")
+CHECKS = ("make", "--no-print-directory", "--keep-going", "lint", "plugin-test", "aggregation-jvm-test")
 
 
 def _pytest(phase: Phase, extra: list[str]) -> list[str]:
