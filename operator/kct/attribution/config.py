@@ -6,16 +6,19 @@ receiver's runtime dependencies.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from kct.models import StrictModel
 
 __all__ = ["AttributionConfig", "AttributionRule", "MetadataAttribute"]
 
 # An attribute name: OpenTelemetry style (dots, lower case), as a resource attribute key.
-AttributeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-/]+$")]
+_ATTRIBUTE_NAME = r"^[-A-Za-z0-9_./]+$"  # no escapes: the same text is a CEL string literal
+_ATTRIBUTE_NAME_MAX = 128
+AttributeName = Annotated[str, Field(min_length=1, max_length=_ATTRIBUTE_NAME_MAX, pattern=_ATTRIBUTE_NAME)]
 # A label or annotation key (`prefix/name`, at most 253 + 63 characters).
 # A namespace name, or `*` for all of them.
 WatchedNamespace = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?|\*)$")]
@@ -40,13 +43,25 @@ class AttributionRule(StrictModel):
     """KafkaPrincipal as the broker gives it, e.g. `User:orders`."""
     client_id: str | None = Field(default=None, min_length=1, max_length=1024)
     """The client's `client.id`, e.g. `orders-*`."""
-    attributes: dict[AttributeName, Annotated[str, Field(max_length=1024)]] = Field(min_length=1)
+    # Keys as plain strings checked below and by the CEL rule: a constrained key type would become the
+    # schema's `patternProperties`, which the API server refuses in a CRD.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": f"self.attributes.all(k, size(k) <= {_ATTRIBUTE_NAME_MAX} && k.matches('{_ATTRIBUTE_NAME}'))",
+        "message": f"attributes: every name matches {_ATTRIBUTE_NAME} and has at most {_ATTRIBUTE_NAME_MAX} characters",
+        "fieldPath": ".attributes",
+    }]})
+
+    attributes: dict[str, Annotated[str, Field(max_length=1024)]] = Field(min_length=1)
     """The resource attributes to add, e.g. `{k8s.namespace.name: shop, k8s.deployment.name: orders}`."""
 
     @model_validator(mode="after")
     def _matches_something(self) -> AttributionRule:
         if self.principal is None and self.client_id is None:
             raise ValueError("an attribution rule needs `principal`, `clientId` or both")
+        bad = sorted(k for k in self.attributes if len(k) > _ATTRIBUTE_NAME_MAX or not re.match(_ATTRIBUTE_NAME, k))
+        if bad:
+            raise ValueError(f"attributes: {', '.join(map(repr, bad))}: every name matches {_ATTRIBUTE_NAME} and has "
+                             f"at most {_ATTRIBUTE_NAME_MAX} characters")
         return self
 
 

@@ -113,3 +113,43 @@ def test_generator_is_generic() -> None:
     ))
     assert crd["spec"]["versions"][0]["additionalPrinterColumns"][0]["jsonPath"] == ".spec.inner.size"
     assert "subresources" not in crd["spec"]["versions"][0]
+
+
+# What apiextensions.k8s.io/v1 accepts in a CRD's schema (JSONSchemaProps). Anything else, e.g.
+# `patternProperties` from a dict with constrained keys, makes the API server refuse the whole CRD.
+_CRD_SCHEMA_KEYWORDS = frozenset({
+    "description", "type", "format", "title", "default", "maximum", "exclusiveMaximum", "minimum",
+    "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems", "multipleOf", "enum",
+    "maxProperties", "minProperties", "required", "items", "allOf", "oneOf", "anyOf", "not", "properties",
+    "additionalProperties", "externalDocs", "example", "nullable", "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-embedded-resource", "x-kubernetes-int-or-string", "x-kubernetes-list-map-keys",
+    "x-kubernetes-list-type", "x-kubernetes-map-type", "x-kubernetes-validations",
+})
+
+
+def _unsupported_keywords(node: dict[str, Any], path: str) -> Iterator[str]:
+    for key in sorted(set(node) - _CRD_SCHEMA_KEYWORDS):
+        yield f"{path}: {key}"
+    for name, child in node.get("properties", {}).items():
+        yield from _unsupported_keywords(child, f"{path}.{name}")
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(node.get(key), dict):
+            yield from _unsupported_keywords(node[key], f"{path}[{key}]")
+    for key in ("allOf", "oneOf", "anyOf"):
+        for i, child in enumerate(node.get(key, ())):
+            yield from _unsupported_keywords(child, f"{path}.{key}[{i}]")
+
+
+@pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.kind)
+def test_every_crd_schema_uses_only_keywords_the_api_server_accepts(definition: CrdDefinition) -> None:
+    """Given each generated CRD, Then its schema has no keyword outside apiextensions/v1's JSONSchemaProps
+    (the API server refuses the CRD: `patternProperties is not supported`, `$ref`, `const`, ...)."""
+    schema = render_crd(definition)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert list(_unsupported_keywords(schema, "openAPIV3Schema")) == []
+
+
+def test_the_keyword_check_finds_pattern_properties() -> None:
+    """Given a schema with patternProperties deep inside, Then the check names it with its path."""
+    schema = {"type": "object", "properties": {"a": {"type": "object", "additionalProperties": {
+        "type": "object", "patternProperties": {"^x$": {"type": "string"}}}}}}
+    assert list(_unsupported_keywords(schema, "s")) == ["s.a[additionalProperties]: patternProperties"]
