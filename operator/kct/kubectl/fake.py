@@ -1,0 +1,42 @@
+"""An in-memory cluster for the plugin's tests: objects by (plural, namespace), Secrets, and what each
+receiver Service answers (a document, or the PluginError it raises). It records the proxy calls made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kct.kubectl.cluster import CrdMissing, PluginError, Unreachable
+
+__all__ = ["FakeCluster"]
+
+
+class FakeCluster:
+    def __init__(self, *, crds: bool = True) -> None:
+        self.crds = crds
+        self.objects: dict[str, list[dict[str, Any]]] = {}
+        self.secrets: dict[tuple[str, str, str], str] = {}
+        self.services: dict[tuple[str, str, int], Any] = {}
+        self.calls: list[tuple[str, str, int, str, dict[str, str]]] = []
+
+    def add(self, plural: str, obj: dict[str, Any]) -> None:
+        self.objects.setdefault(plural, []).append(obj)
+
+    def list_objects(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        if not self.crds:
+            raise CrdMissing(f"the {plural} CRD is not installed in this cluster")
+        return [o for o in self.objects.get(plural, []) if namespace is None or o["metadata"]["namespace"] == namespace]
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str:
+        try:
+            return self.secrets[(namespace, name, key)]
+        except KeyError:
+            raise PluginError(f"reading Secret {namespace}/{name}: 404 Not Found") from None
+
+    def service_get(self, namespace: str, service: str, port: int, path: str, headers: dict[str, str]) -> Any:
+        self.calls.append((namespace, service, port, path, dict(headers)))
+        answer = self.services.get((namespace, service, port))
+        if answer is None:
+            raise Unreachable(f"Service {namespace}/{service}:{port}{path}: 503 no endpoints available")
+        if isinstance(answer, PluginError):
+            raise answer
+        return answer
