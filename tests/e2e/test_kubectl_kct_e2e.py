@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import REPO, Kubectl, eventually, free_port, stop_process, unique
+from helpers import REPO, Kubectl, free_port, receiver_process, unique
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 pytestmark = pytest.mark.e2e
@@ -68,24 +67,8 @@ def receiver(stack: Any, tmp_path: Path) -> Iterator[tuple[str, int]]:
         "attribution": {"enabled": False},
         "logging": {"level": "INFO", "format": "json"},
     }
-    path = tmp_path / "receiver.yaml"
-    path.write_text(json.dumps(config))
-    log = tmp_path / "receiver.log"
-    env = dict(stack.env(), KCT_RECEIVER_TOKEN=TOKEN, PYTHONPATH=str(REPO / "operator"))
-    process = subprocess.Popen([sys.executable, "-m", "kct.cli", "receiver", "--config", str(path)],
-                               env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-    def ready() -> bool:
-        assert process.poll() is None, log.read_text()
-        try:
-            with urllib.request.urlopen(f"http://{address}:{port}/readyz", timeout=2) as resp:
-                return int(resp.status) == 200
-        except OSError:
-            return False
-
-    eventually(ready, timeout=60, interval=0.2, what="the receiver to be ready")
-    yield address, port
-    stop_process(process)
+    with receiver_process(config, tmp_path, dict(stack.env(), KCT_RECEIVER_TOKEN=TOKEN)):
+        yield address, port
 
 
 def _push(address: str, port: int, instance_id: str) -> None:
