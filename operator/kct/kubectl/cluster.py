@@ -1,9 +1,11 @@
 """What the plugin asks of the Kubernetes API, behind a Protocol: one real implementation over the user's
 kubeconfig, one in-memory fake (kct.kubectl.fake) for the unit tests.
 
-Receivers are read through the API server's service proxy (`services/proxy` RBAC decides who may), so no
-port-forward and no direct route to the pods is needed. The API server consumes the user's `Authorization`
-header to authenticate the user and does not forward it, so the receiver's token travels in
+Receivers are read through the API server's proxy, so no port-forward and no direct route to the pods is
+needed: each ready pod behind the receiver's Service (from its Endpoints; `pods/proxy` RBAC), so every
+replica is asked, else the Service itself (`services/proxy`), which reaches one replica per request. The API
+server consumes the user's `Authorization` header to authenticate the user and does not forward it, so the
+receiver's token travels in
 `X-Kct-Read-Token` (kct.otlp.clients_doc); the plugin reads it from the receiver's token Secret, which
 takes `get` on that Secret: the user's RBAC decides that too.
 """
@@ -49,8 +51,13 @@ class Cluster(Protocol):
     def secret_value(self, namespace: str, name: str, key: str) -> str:
         ...
 
-    def service_get(self, namespace: str, service: str, port: int, path: str, headers: dict[str, str]) -> Any:
-        """GET `path` on the Service's port through the API server's proxy; the decoded JSON body."""
+    def endpoint_pods(self, namespace: str, service: str) -> list[str]:
+        """The pods behind the Service's ready addresses (its Endpoints), [] when it has none."""
+        ...
+
+    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str]) -> Any:
+        """GET `path` on port `port` of a Service or pod (`kind`: services | pods) through the API server's
+        proxy; the decoded JSON body."""
         ...
 
 
@@ -109,9 +116,25 @@ class KubeCluster:
             raise PluginError(f"Secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(data[key]).decode().strip()
 
-    def service_get(self, namespace: str, service: str, port: int, path: str, headers: dict[str, str]) -> Any:
-        resource = f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy{path}"
-        where = f"Service {namespace}/{service}:{port}{path}"
+    def endpoint_pods(self, namespace: str, service: str) -> list[str]:
+        try:
+            endpoints = self._core.read_namespaced_endpoints(service, namespace, _request_timeout=self._timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            if exc.status == 403:
+                raise Forbidden(f"you may not get Endpoints {namespace}/{service}") from None
+            raise PluginError(f"reading Endpoints {namespace}/{service}: {exc.status} {exc.reason}") from None
+        return sorted({
+            str(address.target_ref.name)
+            for subset in endpoints.subsets or () for address in subset.addresses or ()
+            if address.target_ref is not None and address.target_ref.kind == "Pod"
+        })
+
+    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str]) -> Any:
+        resource = f"/api/v1/namespaces/{namespace}/{kind}/{name}:{port}/proxy{path}"
+        noun = "Service" if kind == "services" else "pod"
+        where = f"{noun} {namespace}/{name}:{port}{path}"
         request = self._api.param_serialize(
             "GET", resource, header_params={"Accept": "application/json", **headers}, auth_settings=["BearerToken"]
         )
@@ -120,8 +143,8 @@ class KubeCluster:
             body: bytes = response.read()  # type: ignore[no-untyped-call]
         except Exception as exc:  # urllib3's timeouts and connection errors
             raise Unreachable(f"{where}: {exc}") from None
-        if response.status == 403 and b"services/proxy" in body:
-            raise Forbidden(f"you may not proxy to Service {namespace}/{service} (services/proxy)")
+        if response.status == 403 and f"{kind}/proxy".encode() in body:
+            raise Forbidden(f"you may not proxy to {noun} {namespace}/{name} ({kind}/proxy)")
         if response.status != 200:
             raise Unreachable(f"{where}: {response.status} {_reason(body)}")
         try:

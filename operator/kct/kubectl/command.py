@@ -21,9 +21,9 @@ __all__ = ["build_parser", "main"]
 ClusterFactory = Callable[[argparse.Namespace], Cluster]
 
 _EPILOG = """\
-The receivers are asked through the API server's service proxy with your kubeconfig: you need `list` on
-telemetryreceivers and clientmetricssubscriptions, `get` on services/proxy and on the receiver's token
-Secret in each namespace asked.
+The receivers are asked through the API server's proxy with your kubeconfig: you need `list` on
+telemetryreceivers and clientmetricssubscriptions, `get` on the receiver's token Secret, and `get` on the
+receiver Service's endpoints and pods/proxy (every replica is asked) or on services/proxy (one answers).
 
 examples:
   kubectl kct clients -A                       every client every receiver saw lately

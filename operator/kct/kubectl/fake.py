@@ -1,5 +1,6 @@
-"""An in-memory cluster for the plugin's tests: objects by (plural, namespace), Secrets, and what each
-receiver Service answers (a document, or the PluginError it raises). It records the proxy calls made."""
+"""An in-memory cluster for the plugin's tests: objects by (plural, namespace), Secrets, the pods behind each
+Service, and what each Service or pod answers (a document, or the PluginError it raises). It records the
+proxy calls made."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ class FakeCluster:
         self.crds = crds
         self.objects: dict[str, list[dict[str, Any]]] = {}
         self.secrets: dict[tuple[str, str, str], str] = {}
-        self.services: dict[tuple[str, str, int], Any] = {}
-        self.calls: list[tuple[str, str, int, str, dict[str, str]]] = []
+        self.answers: dict[tuple[str, str, str, int], Any] = {}  # (namespace, kind, name, port)
+        self.endpoints: dict[tuple[str, str], list[str] | PluginError] = {}  # (namespace, service) -> pods
+        self.calls: list[tuple[str, str, str, int, str, dict[str, str]]] = []
 
     def add(self, plural: str, obj: dict[str, Any]) -> None:
         self.objects.setdefault(plural, []).append(obj)
@@ -32,11 +34,17 @@ class FakeCluster:
         except KeyError:
             raise PluginError(f"reading Secret {namespace}/{name}: 404 Not Found") from None
 
-    def service_get(self, namespace: str, service: str, port: int, path: str, headers: dict[str, str]) -> Any:
-        self.calls.append((namespace, service, port, path, dict(headers)))
-        answer = self.services.get((namespace, service, port))
+    def endpoint_pods(self, namespace: str, service: str) -> list[str]:
+        pods = self.endpoints.get((namespace, service), [])
+        if isinstance(pods, PluginError):
+            raise pods
+        return pods
+
+    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str]) -> Any:
+        self.calls.append((namespace, kind, name, port, path, dict(headers)))
+        answer = self.answers.get((namespace, kind, name, port))
         if answer is None:
-            raise Unreachable(f"Service {namespace}/{service}:{port}{path}: 503 no endpoints available")
+            raise Unreachable(f"{kind} {namespace}/{name}:{port}{path}: 503 no endpoints available")
         if isinstance(answer, PluginError):
             raise answer
         return answer

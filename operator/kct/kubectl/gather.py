@@ -1,7 +1,10 @@
 """From the cluster to rows: ask every TelemetryReceiver in scope for its clients, merge, match.
 
-A client pushes through one broker to one receiver at a time, but a reconnect or a second replica can show
-it twice: entries are merged by client instance id, the one with the newest push wins (counts add up).
+Each receiver replica knows only the pushes it stored, so every ready pod behind the receiver's Service is
+asked (pods/proxy); where the user may not read its Endpoints or proxy to pods, the Service is asked instead
+(services/proxy: one replica answers) and a warning says so. A client pushes through one broker to one
+receiver at a time, but a reconnect lands it on another replica: entries are merged by client instance id,
+the one with the newest push wins (counts add up).
 Every ClientMetricsSubscription in scope is matched against every client with `kct.api.matching`, the
 broker's rule, so what we print is what the broker applies.
 """
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kct.api.matching import SubscriptionMatch, broker_selectors, match_client
-from kct.kubectl.cluster import RECEIVERS, SUBSCRIPTIONS, Cluster, PluginError, Unreachable
+from kct.kubectl.cluster import RECEIVERS, SUBSCRIPTIONS, Cluster, Forbidden, PluginError, Unreachable
 from kct.otlp.clients_doc import CLIENTS_ROUTE, READ_TOKEN_HEADER, ClientEntry
 from kct.render.names import ChildNames
 from kct.render.params import OTLP_PORT
@@ -74,13 +77,14 @@ def gather(cluster: Cluster, namespace: str | None) -> Gathered:
     answered = 0
     for receiver in receivers:
         try:
-            document = _ask(cluster, receiver)
+            documents = _ask(cluster, receiver, warnings)
         except PluginError as exc:
             warnings.append(str(exc))
             continue
         answered += 1
-        for entry in document.get("clients", []):
-            _merge(merged, entry)
+        for document in documents:
+            for entry in document.get("clients", []):
+                _merge(merged, entry)
     if not answered:
         raise Unreachable("no receiver answered: " + "; ".join(warnings))
     clients = sorted(merged.values(), key=lambda e: -e["last_push_ms"])
@@ -98,7 +102,8 @@ def matched_refs(entry: ClientEntry, subscriptions: Sequence[Subscription]) -> l
     return [s.ref for s, outcome in match_all(entry, subscriptions) if outcome.matched]
 
 
-def _ask(cluster: Cluster, receiver: dict[str, Any]) -> dict[str, Any]:
+def _ask(cluster: Cluster, receiver: dict[str, Any], warnings: list[str]) -> list[dict[str, Any]]:
+    """The documents of the receiver's replicas (at least one, else PluginError); what failed in `warnings`."""
     meta = receiver["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     auth = (receiver.get("spec") or {}).get("auth") or {}
@@ -107,10 +112,29 @@ def _ask(cluster: Cluster, receiver: dict[str, Any]) -> dict[str, Any]:
         ref = auth.get("tokenSecretRef") or {}
         secret, key = ref.get("name") or ChildNames(name).token_secret, ref.get("key") or "token"
         headers[READ_TOKEN_HEADER] = cluster.secret_value(namespace, secret, key)
-    document = cluster.service_get(namespace, ChildNames(name).receiver, OTLP_PORT, CLIENTS_ROUTE, headers)
-    if not isinstance(document, dict):
-        raise Unreachable(f"TelemetryReceiver {namespace}/{name}: the receiver's answer is not a clients document")
-    return document
+    service = ChildNames(name).receiver
+
+    def get(kind: str, target: str) -> dict[str, Any]:
+        document = cluster.proxy_get(namespace, kind, target, OTLP_PORT, CLIENTS_ROUTE, headers)
+        if not isinstance(document, dict):
+            raise Unreachable(f"{kind} {namespace}/{target}: the answer is not a clients document")
+        return document
+
+    try:
+        pods = cluster.endpoint_pods(namespace, service)
+        documents = []
+        for pod in pods:
+            try:
+                documents.append(get("pods", pod))
+            except Forbidden:
+                raise
+            except PluginError as exc:
+                warnings.append(str(exc))
+        if documents:
+            return documents
+    except Forbidden as exc:
+        warnings.append(f"{exc}: asked Service {namespace}/{service} instead, which reaches one replica")
+    return [get("services", service)]
 
 
 def _merge(merged: dict[str, ClientEntry], entry: ClientEntry) -> None:

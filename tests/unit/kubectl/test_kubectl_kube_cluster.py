@@ -25,6 +25,14 @@ ROUTES: dict[str, tuple[int, Any]] = {
         (200, {"kind": "Secret", "apiVersion": "v1", "metadata": {"name": "telemetry-token"},
                "data": {"token": base64.b64encode(b"s3cret\n").decode()}}),
     "/api/v1/namespaces/kafka/services/telemetry-receiver:4318/proxy/v1/clients": (200, {"clients": []}),
+    "/api/v1/namespaces/kafka/pods/telemetry-receiver-a:4318/proxy/v1/clients": (200, {"clients": [1]}),
+    "/api/v1/namespaces/kafka/endpoints/telemetry-receiver":
+        (200, {"kind": "Endpoints", "apiVersion": "v1", "metadata": {"name": "telemetry-receiver"},
+               "subsets": [{"addresses": [{"ip": "10.1.0.7",
+                                           "targetRef": {"kind": "Pod", "name": "telemetry-receiver-a"}},
+                                          {"ip": "10.1.0.8"}],
+                            "notReadyAddresses": [{"ip": "10.1.0.9", "targetRef": {"kind": "Pod", "name": "starting"}}],
+                            "ports": [{"port": 4318}]}]}),
     "/api/v1/namespaces/kafka/services/down-receiver:4318/proxy/v1/clients":
         (503, {"kind": "Status", "message": "no endpoints available for service \"down-receiver\""}),
     "/api/v1/namespaces/other/services/telemetry-receiver:4318/proxy/v1/clients":
@@ -73,7 +81,11 @@ def test_lists_reads_the_token_and_proxies_with_it_in_the_read_header(kubeconfig
     assert cluster.list_objects("telemetryreceivers", "kafka")[0]["metadata"]["name"] == "telemetry"
     token = cluster.secret_value("kafka", "telemetry-token", "token")
     assert token == "s3cret"
-    answer = cluster.service_get("kafka", "telemetry-receiver", 4318, "/v1/clients", {"X-Kct-Read-Token": token})
+    assert cluster.endpoint_pods("kafka", "telemetry-receiver") == ["telemetry-receiver-a"]  # ready pods only
+    assert cluster.endpoint_pods("kafka", "absent") == []
+    assert cluster.proxy_get("kafka", "pods", "telemetry-receiver-a", 4318, "/v1/clients", {}) == {"clients": [1]}
+    answer = cluster.proxy_get("kafka", "services", "telemetry-receiver", 4318, "/v1/clients",
+                               {"X-Kct-Read-Token": token})
     assert answer == {"clients": []}
     path, headers = _ApiServer.seen[-1]
     assert path == "/api/v1/namespaces/kafka/services/telemetry-receiver:4318/proxy/v1/clients"
@@ -87,6 +99,6 @@ def test_errors_name_what_is_missing_or_refused(kubeconfig: Path) -> None:
     with pytest.raises(Forbidden, match=r"may not list telemetryreceivers\.telemetry\.kct\.dev in namespace 'secret'"):
         cluster.list_objects("telemetryreceivers", "secret")
     with pytest.raises(Unreachable, match="down-receiver:4318/v1/clients: 503 no endpoints available"):
-        cluster.service_get("kafka", "down-receiver", 4318, "/v1/clients", {})
+        cluster.proxy_get("kafka", "services", "down-receiver", 4318, "/v1/clients", {})
     with pytest.raises(Forbidden, match=r"may not proxy to Service other/telemetry-receiver \(services/proxy\)"):
-        cluster.service_get("other", "telemetry-receiver", 4318, "/v1/clients", {})
+        cluster.proxy_get("other", "services", "telemetry-receiver", 4318, "/v1/clients", {})

@@ -50,7 +50,7 @@ def cluster() -> FakeCluster:
     cluster = FakeCluster()
     cluster.add("telemetryreceivers", _receiver("kafka", "telemetry"))
     cluster.secrets[("kafka", "telemetry-token", "token")] = "s3cret"
-    cluster.services[("kafka", "telemetry-receiver", 4318)] = _doc(
+    cluster.answers[("kafka", "services", "telemetry-receiver", 4318)] = _doc(
         _client("aaaaaaaa-1111", "checkout-1", "apache-kafka-java", NOW - 5_000, pod="checkout-7d9f-x",
                 deployment="checkout", metrics={"records_per_s": 50.0, "request_latency_max_ms": 31.0}),
         _client("bbbbbbbb-2222", "billing", "librdkafka", NOW - 120_000,
@@ -72,7 +72,8 @@ def _run(cluster: FakeCluster, *argv: str) -> tuple[int, str]:
 def test_clients_asks_the_service_proxy_with_the_token_in_the_read_header(cluster: FakeCluster) -> None:
     status, output = _run(cluster, "clients", "-n", "kafka")
     assert status == 0
-    assert cluster.calls == [("kafka", "telemetry-receiver", 4318, "/v1/clients", {"X-Kct-Read-Token": "s3cret"})]
+    assert cluster.calls == [
+        ("kafka", "services", "telemetry-receiver", 4318, "/v1/clients", {"X-Kct-Read-Token": "s3cret"})]
     assert output.splitlines() == [
         "INSTANCE   CLIENT ID    SOFTWARE                  WORKLOAD              POD                    LAST PUSH   "
         "SUBSCRIPTIONS",
@@ -86,7 +87,7 @@ def test_clients_asks_the_service_proxy_with_the_token_in_the_read_header(cluste
 def test_no_token_is_read_when_the_receiver_takes_unauthenticated_pushes(cluster: FakeCluster) -> None:
     cluster.objects["telemetryreceivers"] = [_receiver("kafka", "telemetry", {"enabled": False})]
     assert _run(cluster, "clients", "-n", "kafka")[0] == 0
-    assert cluster.calls[0][4] == {}
+    assert cluster.calls[0][5] == {}
 
 
 def test_a_named_token_secret_is_used(cluster: FakeCluster) -> None:
@@ -94,14 +95,45 @@ def test_a_named_token_secret_is_used(cluster: FakeCluster) -> None:
         _receiver("kafka", "telemetry", {"tokenSecretRef": {"name": "push-token", "key": "value"}})]
     cluster.secrets[("kafka", "push-token", "value")] = "other"
     assert _run(cluster, "clients", "-n", "kafka")[0] == 0
-    assert cluster.calls[0][4] == {"X-Kct-Read-Token": "other"}
+    assert cluster.calls[0][5] == {"X-Kct-Read-Token": "other"}
+
+
+def test_every_replica_behind_the_service_is_asked_through_its_pod(cluster: FakeCluster) -> None:
+    # Given two ready receiver pods, each of which stored pushes of a client the other did not
+    cluster.endpoints[("kafka", "telemetry-receiver")] = ["telemetry-receiver-a", "telemetry-receiver-b"]
+    cluster.answers[("kafka", "pods", "telemetry-receiver-a", 4318)] = _doc(
+        _client("aaaaaaaa-1111", "checkout-1", "apache-kafka-java", NOW - 5_000))
+    cluster.answers[("kafka", "pods", "telemetry-receiver-b", 4318)] = _doc(
+        _client("cccccccc-3333", "search", "librdkafka", NOW - 9_000))
+    # When the clients are listed
+    status, output = _run(cluster, "clients", "-n", "kafka", "-o", "json")
+    # Then both pods were asked (not the Service) and both clients are listed
+    assert status == 0
+    assert [(kind, name) for _, kind, name, *_ in cluster.calls] == [
+        ("pods", "telemetry-receiver-a"), ("pods", "telemetry-receiver-b")]
+    assert [row["client_instance_id"] for row in json.loads(output)] == ["aaaaaaaa-1111", "cccccccc-3333"]
+
+
+def test_without_rights_on_pods_the_service_is_asked_with_a_warning(
+    cluster: FakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.endpoints[("kafka", "telemetry-receiver")] = Forbidden("you may not get Endpoints kafka/telemetry-receiver")
+    status, _ = _run(cluster, "clients", "-n", "kafka")
+    assert status == 0 and [kind for _, kind, *_ in cluster.calls] == ["services"]
+    assert "asked Service kafka/telemetry-receiver instead, which reaches one replica" in capsys.readouterr().err
+    # the same when the Endpoints are readable but proxying to pods is not allowed
+    cluster.calls.clear()
+    cluster.endpoints[("kafka", "telemetry-receiver")] = ["telemetry-receiver-a"]
+    cluster.answers[("kafka", "pods", "telemetry-receiver-a", 4318)] = Forbidden("you may not proxy to pod")
+    assert _run(cluster, "clients", "-n", "kafka")[0] == 0
+    assert [kind for _, kind, *_ in cluster.calls] == ["pods", "services"]
 
 
 def test_json_output_merges_replicas_keeping_the_newest_entry(cluster: FakeCluster) -> None:
     # Given a second receiver that saw the checkout client too, earlier, under another client id
     cluster.add("telemetryreceivers", _receiver("kafka", "second"))
     cluster.secrets[("kafka", "second-token", "token")] = "t2"
-    cluster.services[("kafka", "second-receiver", 4318)] = _doc(
+    cluster.answers[("kafka", "services", "second-receiver", 4318)] = _doc(
         _client("aaaaaaaa-1111", "old-name", "apache-kafka-java", NOW - 50_000, pushes=3))
     status, output = _run(cluster, "clients", "-n", "kafka", "-o", "json")
     rows = json.loads(output)
@@ -161,11 +193,12 @@ def test_receivers_that_do_not_answer_are_named(cluster: FakeCluster, capsys: py
     cluster.add("telemetryreceivers", _receiver("kafka", "down"))
     cluster.secrets[("kafka", "down-token", "token")] = "x"
     assert _run(cluster, "clients", "-n", "kafka")[0] == 0
-    assert "warning: Service kafka/down-receiver:4318/v1/clients: 503 no endpoints available" in capsys.readouterr().err
+    warned = capsys.readouterr().err
+    assert "warning: services kafka/down-receiver:4318/v1/clients: 503 no endpoints available" in warned
     # None answering: an error naming each, here a token the user may not read
-    cluster.services.clear()
+    cluster.answers.clear()
     refused = Forbidden("you may not proxy to Service kafka/telemetry-receiver")
-    cluster.services[("kafka", "telemetry-receiver", 4318)] = refused
+    cluster.answers[("kafka", "services", "telemetry-receiver", 4318)] = refused
     assert _run(cluster, "clients", "-n", "kafka")[0] == 1
     err = capsys.readouterr().err
     assert err.startswith("error: no receiver answered:") and "may not proxy to Service kafka/telemetry-receiver" in err
