@@ -136,8 +136,8 @@ def _kube_cluster(args: argparse.Namespace) -> Cluster:
 
 
 def bash_completion(parser: argparse.ArgumentParser) -> str:
-    """Completes subcommands and their options, as `kubectl-kct` and as `kubectl kct` (kubectl >= 1.26 asks
-    a `kubectl_complete-kct` executable; this script also registers for the direct name)."""
+    """Completes the subcommands and their options of `kubectl-kct` typed directly. (`kubectl kct <TAB>` goes
+    through kubectl's own completion, which asks a `kubectl_complete-kct` executable: not installed yet.)"""
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     cases = []
     for name, sub in subparsers.choices.items():
