@@ -7,19 +7,22 @@
 - `OperatorProcess(env, log_path)`: `kct operator` as a subprocess with a liveness endpoint; `start`,
   `stop`, `restart`, `log_tail`, `wait_for_resync` (a resync of given resources, seen in kopf's log).
 - `free_port()`, `unique(prefix)`, `stop_process(process)` (SIGTERM, then SIGKILL after a grace period).
+- `receiver_process(config, workdir, env)`: `kct receiver` with that config as a subprocess, until ready.
 - `wait_for_client_metrics(bootstrap, name, configs)`: until the broker serves a CLIENT_METRICS subscription.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
 import socket
 import subprocess
+import sys
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +30,8 @@ import yaml
 from telemetry_probe import get_telemetry_subscription
 from waiting import eventually
 
-__all__ = ["KCT", "REPO", "Kubectl", "OperatorProcess", "eventually", "free_port", "kubectl_with_crds", "unique",
-           "wait_for_client_metrics"]
+__all__ = ["KCT", "REPO", "Kubectl", "OperatorProcess", "eventually", "free_port", "kubectl_with_crds",
+           "receiver_process", "unique", "wait_for_client_metrics"]
 
 REPO = Path(__file__).resolve().parents[2]
 KCT = REPO / ".venv" / "bin" / "kct"
@@ -56,6 +59,36 @@ def stop_process(process: subprocess.Popen[Any], grace_s: float = 30.0) -> None:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+@contextlib.contextmanager
+def receiver_process(
+    config: Mapping[str, Any], workdir: Path, env: Mapping[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`kct receiver` with `config` (its log in `workdir/receiver.log`), yielded once `/readyz` answers 200 on
+    the configured host and port; stopped with SIGTERM on exit."""
+    path = workdir / "receiver.json"
+    path.write_text(json.dumps(config))
+    log = workdir / "receiver.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "kct.cli", "receiver", "--config", str(path)],
+                                   env={**env, "PYTHONPATH": str(REPO / "operator")}, stdout=out,
+                                   stderr=subprocess.STDOUT)
+    ready_url = f"http://{config['listen']['host']}:{config['listen']['port']}/readyz"
+    try:
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"receiver exited:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(ready_url, timeout=2) as resp:
+                    return int(resp.status) == 200
+            except OSError:
+                return False
+
+        eventually(ready, timeout=60, interval=0.2, what="the receiver ready")
+        yield process
+    finally:
+        stop_process(process)
 
 
 class Kubectl:

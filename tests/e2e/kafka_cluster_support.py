@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import os
 import re
 import subprocess
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import free_port, stop_process
+from helpers import free_port, receiver_process
 from waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -214,27 +213,8 @@ def _receiver(workdir: Path, bootstrap: str, topic: str, port: int) -> Iterator[
         "kafka": {"bootstrapServers": bootstrap, "topic": topic, "readinessIntervalMs": 500},
         "logging": {"level": "INFO", "format": "json"},
     }
-    path = workdir / "receiver.json"
-    path.write_text(json.dumps(config))
-    log = workdir / "receiver.log"
-    env = dict(os.environ, KCT_RECEIVER_TOKEN=_TOKEN, PYTHONPATH=str(REPO / "operator"))
-    with log.open("wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "kct.cli", "receiver", "--config", str(path)],
-                                   env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(f"receiver exited:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-                    return int(resp.status) == 200
-            except OSError:
-                return False
-
-        eventually(ready, timeout=60, interval=0.2, what="the receiver ready")
+    with receiver_process(config, workdir, dict(os.environ, KCT_RECEIVER_TOKEN=_TOKEN)) as process:
         yield process
-    finally:
-        stop_process(process)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ Order (cheapest refusals first, nothing written unless everything passed):
     -> decompress (bounded) -> in-flight bytes budget -> decode -> client instance id fallback
     -> rate limit (otherwise) -> quotas -> validate + drop private attributes
     -> value (the sender's bytes when untouched) -> attribution (resource attributes, when it finds any)
-    -> sink, await Kafka's acknowledgement
+    -> sink, await Kafka's acknowledgement -> the client registry (`GET /v1/clients`; ids, not generated ones)
 
 The client instance id (record key) comes from, in order: the broker plugin's `kct-client-instance-id`
 header; the resource attributes `client_instance_id`, `client.instance.id`, `service.instance.id`; else a
@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from kct.attribution.attributor import Attributor
+from kct.attribution.index import Attributes
 from kct.attribution.resource_bytes import with_resource_attributes
 from kct.otlp import labels as L
+from kct.receiver.clients import ClientRegistry
 from kct.receiver.codec import Negotiated, decode_request, decompress
 from kct.receiver.config import ReceiverConfig
 from kct.receiver.errors import BadRequest, PushRejected, Unavailable
@@ -152,6 +154,7 @@ class Pipeline:
         if self.attributor is not None:
             telemetry.track_attribution()
         telemetry.track_state(lambda: len(self.limiter), lambda: len(self.quotas))
+        self.clients = ClientRegistry()
 
     async def process(self, push: Push) -> PushOutcome:
         """Store `push` as one record or raise PushRejected; the caller holds an `admission.enter()`."""
@@ -216,7 +219,7 @@ class Pipeline:
             del request
             t4 = perf()
             tel.stage("sanitize", t4 - t3)
-            value, modified = self._attribute(value, modified, headers, principal, client_id, received_ms)
+            value, modified, attributes = self._attribute(value, modified, headers, principal, client_id, received_ms)
 
             record_headers.extend(
                 (
@@ -237,6 +240,7 @@ class Pipeline:
                 tel.sent(perf() - t5, exc.reason)
                 raise
             tel.sent(perf() - t5, None)
+            self._remember(id_source, instance_id, record_headers, attributes, value, received_ms)
             tel.push_accepted(result.data_points, result.rejected_data_points, result.dropped_attributes, modified)
             box.ticket = None  # keep the rate-limit state: the push is stored
             return PushOutcome(result.rejected_data_points, result.error_message, instance_id, result.data_points)
@@ -249,11 +253,11 @@ class Pipeline:
     def _attribute(
         self, value: bytes, modified: bool, headers: Mapping[str, str], principal: str | None, client_id: str,
         at_ms: int,
-    ) -> tuple[bytes, bool]:
-        """(value, modified) with the resource attributes naming the push's workload, when found; the outcome
-        is counted either way. Off: as given."""
+    ) -> tuple[bytes, bool, Attributes]:
+        """(value, modified, attributes added) with the resource attributes naming the push's workload, when
+        found; the outcome is counted either way. Off: as given."""
         if self.attributor is None:
-            return value, modified
+            return value, modified, ()
         started = time.perf_counter()
         raw = headers.get(L.CLIENT_SOURCE_ADDRESS.http_header)
         address = L.decode_header_value(raw) if raw else None  # `_broker_labels` has checked it decodes
@@ -262,7 +266,15 @@ class Pipeline:
         if found.attributes:
             value, modified = with_resource_attributes(value, found.attributes), True
         self.telemetry.stage("attribute", time.perf_counter() - started)
-        return value, modified
+        return value, modified, found.attributes
+
+    def _remember(
+        self, id_source: str, instance_id: str, record_headers: list[tuple[str, bytes]], attributes: Attributes,
+        value: bytes, at_ms: int,
+    ) -> None:
+        """A stored push into the client registry, unless its id was made up here (one entry per push)."""
+        if id_source != "generated":
+            self.clients.observe(instance_id, record_headers, attributes, value, at_ms)
 
     def _untouched(self, data: bytes, eligible: bool) -> SanitizeResult | None:
         """The native path's result for protobuf bytes it proves parsable and in need of no change."""

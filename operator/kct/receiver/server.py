@@ -1,4 +1,5 @@
-"""The HTTP face of the receiver (aiohttp): OTLP/HTTP `POST /v1/metrics`, `/healthz`, `/readyz`, `/metrics`.
+"""The HTTP face of the receiver (aiohttp): OTLP/HTTP `POST /v1/metrics`, `/healthz`, `/readyz`, `/metrics`,
+and `GET /v1/clients` (the clients seen lately, for `kubectl kct`; the push token guards it, see below).
 
 Answers follow the OTLP/HTTP specification: 200 with an ExportMetricsServiceResponse (partial_success when
 points were dropped) in the request's content type; errors carry a google.rpc.Status in that content type;
@@ -11,6 +12,10 @@ aiohttp's own request decompression is switched off (`auto_decompress=False`): i
 before we could cap it. Every connection is accepted by the lean ingest protocol (`kct.receiver.ingest`),
 which answers plain pushes itself and hands anything else to aiohttp. Why: the receiver's README ("The
 per-push path"), measured with `bench/receiver_throughput.py --compare-http`.
+
+`GET /v1/clients` names clients, principals and pods, so it takes the same tokens as pushes (whoever may push
+is a broker, trusted with those already): in `Authorization: Bearer`, or in `X-Kct-Read-Token` for a reader
+going through the API server's service proxy, which consumes `Authorization` itself (kct.otlp.clients_doc).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from kct.otlp.clients_doc import CLIENTS_ROUTE, READ_TOKEN_HEADER
 from kct.receiver.accesslog import PushAccessLog
 from kct.receiver.codec import Negotiated, encode_export_response, encode_status, negotiate, response_format
 from kct.receiver.config import ReceiverConfig, TlsConfig
@@ -100,6 +106,7 @@ class ReceiverServer:
         # Only pushes the lean ingest path hands over reach this route (chunked bodies, Expect, odd heads):
         # plain ones are answered before aiohttp sees them. Same handler (`handle_push`) either way.
         app.router.add_post(ROUTE, self._post_metrics)
+        app.router.add_get(CLIENTS_ROUTE, self._clients)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get(self.config.observability.metrics_path, self._prometheus)
@@ -234,6 +241,14 @@ class ReceiverServer:
         log.warning("push refused", extra={"reason": exc.reason, "status": status or exc.status, "error": exc.message,
                                             "similar_refusals_not_logged": skipped})
 
+    async def _clients(self, request: web.Request) -> web.Response:
+        if self.tokens is not None and not _reader_authenticated(request.headers, self.tokens):
+            return web.json_response(
+                {"error": f"missing or invalid token (Authorization: Bearer, or {READ_TOKEN_HEADER})"},
+                status=401, headers={"WWW-Authenticate": 'Bearer realm="kct-receiver"'},
+            )
+        return web.json_response(self.pipeline.clients.document(time.time_ns() // 1_000_000))
+
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -359,6 +374,14 @@ def _authenticate(headers: Mapping[str, str], tokens: BearerTokens) -> None:
     scheme, _, presented = headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not tokens.accepts(presented.strip().encode()):
         raise Unauthorized("unauthenticated", "missing or invalid bearer token")
+
+
+def _reader_authenticated(headers: Mapping[str, str], tokens: BearerTokens) -> bool:
+    read_token = headers.get(READ_TOKEN_HEADER)
+    if read_token is not None:
+        return tokens.accepts(read_token.strip().encode())
+    scheme, _, presented = headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and tokens.accepts(presented.strip().encode())
 
 
 def _error_answer(fmt: str, exc: PushRejected) -> Answer:
