@@ -24,7 +24,7 @@ import pytest
 from aggregation_support import create_topic
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
-from helpers import eventually
+from helpers import REPO, eventually
 from node_support import NodeStack, Release, telemetry_receiver, wait_ready
 from plugin_support import client_metrics_subscription
 from preconditions import missing_precondition
@@ -358,7 +358,37 @@ def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: No
         consumer.close()
 
         assert records[0].value()
+        _kubectl_kct_sees_the_client(node_stack, namespace, run, records[0].key().decode())
     finally:
         node_stack.kubectl("delete", "telemetryreceiver", "telemetry", "-n", namespace, "--wait=true",
                            "--timeout=120s", check=False)
         node_stack.kubectl("delete", "namespace", namespace, "--timeout=120s", check=False)
+
+
+def _kubectl_kct(stack: NodeStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(REPO / ".venv" / "bin" / "kubectl-kct"), *args, "--kubeconfig", str(stack.kubeconfig)],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def _kubectl_kct_sees_the_client(stack: NodeStack, namespace: str, run: str, instance_id: str) -> None:
+    """`kubectl kct` through the API server's proxy to the receiver pod: the client that pushed is listed with
+    the subscription matching it, `why` explains both subscriptions selector by selector, `top` shows it."""
+    for name, client_id in (("mine", f"kct-node-{run}-.*"), ("billing", "billing-.*")):
+        stack.kubectl("apply", "-f", "-", stdin=json.dumps({
+            "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "ClientMetricsSubscription",
+            "metadata": {"name": f"{name}-{run}", "namespace": namespace},
+            "spec": {"metrics": ["org.apache.kafka.producer."], "intervalMs": 60000, "match": {"clientId": client_id}},
+        }))
+    listed = _kubectl_kct(stack, "clients", "-n", namespace, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    clients = {c["client_instance_id"]: c for c in json.loads(listed.stdout)}
+    assert instance_id in clients, listed.stdout
+    assert clients[instance_id]["labels"]["client_id"] == f"kct-node-{run}-producer"
+    assert clients[instance_id]["subscriptions"] == [f"{namespace}/mine-{run}"]
+    why = _kubectl_kct(stack, "why", instance_id, "-n", namespace)
+    assert why.returncode == 0, why.stderr
+    assert f"{namespace}/mine-{run}: MATCHES" in why.stdout, why.stdout
+    assert f"{namespace}/billing-{run}: does not match" in why.stdout, why.stdout
+    top = _kubectl_kct(stack, "top", "-n", namespace, "--by", "client")
+    assert top.returncode == 0, top.stderr
+    assert f"kct-node-{run}-producer/{instance_id[:8]}" in top.stdout, top.stdout
