@@ -68,14 +68,14 @@ stack-install:  ## download and build what the local stack runs (kube-apiserver,
 
 # The image tests read the archive `make images` writes, the e2e tests the stack's binaries and the Spark
 # jars: building them (downloads, a cold Go build of the API server) happens here, never inside a test's timeout.
-pytest: venv images spark-jars spark-operator stack-install  ## pytest: unit and end-to-end tests (marked e2e; starts the local stacks when a test needs them); three sessions side by side (dev/tools/pytest_phases.py: the node stack's e2e tests, the loopback stack's and self-contained ones, the rest at a lower CPU priority), each with its 25 slowest and build/pytest-junit-<lane>.xml
+pytest: venv spark-jars stack-install  ## pytest: unit and end-to-end tests (marked e2e; starts the local stacks when a test needs them); three sessions side by side (dev/tools/pytest_phases.py: the node stack's e2e tests after `make images spark-operator`, the loopback stack's and self-contained ones, the rest at a lower CPU priority once the images are built), each with its 25 slowest and build/pytest-junit-<lane>.xml
 	@mkdir -p build
 	$(VPY) dev/tools/pytest_phases.py $(PYTEST_ARGS)
 
 unit: venv images spark-jars spark-operator  ## only the tests that need no server
 	$(VENV)/bin/pytest -m 'not e2e' $(PYTEST_ARGS)
 
-test: venv images spark-jars spark-operator stack-install  ## everything CI runs (the README's test command): pytest's lanes as `make pytest`, with lint and the JUnit suites (plugin, aggregation) run first in the unit lane
+test: venv spark-jars stack-install  ## everything CI runs (the README's test command): pytest's lanes as `make pytest`, with lint and the JUnit suites (plugin, aggregation) run first in the unit lane
 	@mkdir -p build
 	$(VPY) dev/tools/pytest_phases.py --checks $(PYTEST_ARGS)
 

@@ -7,7 +7,8 @@ separate ports, so their tests do not share state either. Run one after the othe
 never overlap; run side by side, they do. The unit lane runs at a lower CPU priority (nice), so the end-to-end
 tests, whose deadlines are in wall-clock time, get the CPU first and the unit lane takes what they leave.
 tests/conftest.py sorts every e2e test into its lane from its fixtures (markers node_stack, loopback_stack,
-standalone).
+standalone). The node lane first builds the images (`make images spark-operator`: a few minutes when the sources
+changed) while the loopback lane already runs; the unit lane starts its tests once they are built.
 
 Each lane writes its JUnit XML under build/ and prints its own 25 slowest tests; every output line is prefixed
 with its lane. The exit status is the first non-zero of the lanes (0 when all pass); with arguments that narrow
@@ -48,17 +49,26 @@ class Phase:
     options: tuple[str, ...] = ()
 
 
+NODE = Phase("node", "e2e and node_stack", 0)
 UNIT = Phase("unit", "not e2e", UNIT_NICENESS, (f"--timeout={UNIT_TIMEOUT_S}",))
-PHASES = (
-    Phase("node", "e2e and node_stack", 0),
-    Phase("loopback", "e2e and not node_stack", 0),
-    UNIT,
-)
+PHASES = (NODE, Phase("loopback", "e2e and not node_stack", 0), UNIT)
 
 
 # `--checks`: the checks that need no server (lint, the JUnit suites) run first in the unit lane instead of
 # before every lane, so the end-to-end lanes, the longest, start minutes earlier.
 CHECKS = ("make", "--no-print-directory", "--keep-going", "lint", "plugin-test", "aggregation-jvm-test")
+# The images (and the spark-operator's) are built by the node lane, the first to need them; the loopback lane
+# needs none and starts at once; the unit lane (whose image tests read the archives) waits until they are built.
+# One builder, so two lanes never build the same cache entries at once.
+IMAGES = ("make", "--no-print-directory", "images", "spark-operator")
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str
+    command: list[str]
+    after: threading.Event | None = None  # wait for this before starting
+    done: threading.Event | None = None  # set when this step ends, whatever its outcome
 
 
 def _pytest(phase: Phase, extra: list[str]) -> list[str]:
@@ -82,17 +92,36 @@ def _stream(phase: Phase, command: list[str], lock: threading.Lock) -> int:
     return proc.wait()
 
 
-def _run(phase: Phase, commands: list[tuple[str, list[str]]], started: float, lock: threading.Lock,
-         codes: dict[str, int]) -> None:
-    """Run a lane's commands one after the other (all of them, so one run reports every failure) and record
-    the first non-zero exit status (the last command's, pytest's, when all pass)."""
+def _run(phase: Phase, steps: list[Step], started: float, lock: threading.Lock, codes: dict[str, int]) -> None:
+    """Run a lane's steps one after the other (all of them, so one run reports every failure) and record the
+    first non-zero exit status."""
     status = 0
-    for label, command in commands:
-        code = _stream(phase, command, lock)
+    for step in steps:
+        if step.after is not None:
+            step.after.wait()
+        try:
+            code = _stream(phase, step.command, lock)
+        finally:
+            if step.done is not None:
+                step.done.set()
         with lock:
-            print(f"[{phase.name}] {label} exited {code} after {time.monotonic() - started:.0f} s", flush=True)
+            print(f"[{phase.name}] {step.label} exited {code} after {time.monotonic() - started:.0f} s", flush=True)
         status = status or code
     codes[phase.name] = status
+
+
+def lanes(argv: list[str], *, checks: bool) -> dict[Phase, list[Step]]:
+    """Each lane's steps: the node lane builds the images first, the unit lane runs the checks (with
+    `checks`) and then waits for the images, the loopback lane only runs its tests."""
+    images_built = threading.Event()
+    steps: dict[Phase, list[Step]] = {phase: [] for phase in PHASES}
+    steps[NODE].append(Step(" ".join(IMAGES), list(IMAGES), done=images_built))
+    if checks:
+        steps[UNIT].append(Step(" ".join(CHECKS), list(CHECKS)))
+    for phase in PHASES:
+        steps[phase].append(Step(f"pytest -m '{phase.marker}'", _pytest(phase, argv),
+                                 after=images_built if phase is UNIT else None))
+    return steps
 
 
 def main(argv: list[str]) -> int:
@@ -102,11 +131,8 @@ def main(argv: list[str]) -> int:
     lock = threading.Lock()
     started = time.monotonic()
     codes: dict[str, int] = {}
-    threads = []
-    for phase in PHASES:
-        commands = [(" ".join(CHECKS), list(CHECKS))] if checks and phase is UNIT else []
-        commands.append((f"pytest -m '{phase.marker}'", _pytest(phase, argv)))
-        threads.append(threading.Thread(target=_run, args=(phase, commands, started, lock, codes)))
+    threads = [threading.Thread(target=_run, args=(phase, steps, started, lock, codes))
+               for phase, steps in lanes(argv, checks=checks).items()]
     for thread in threads:
         thread.start()
     for thread in threads:
