@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from kct.models import StrictModel
 
@@ -43,15 +43,10 @@ class AttributionRule(StrictModel):
     """KafkaPrincipal as the broker gives it, e.g. `User:orders`."""
     client_id: str | None = Field(default=None, min_length=1, max_length=1024)
     """The client's `client.id`, e.g. `orders-*`."""
-    # Keys as plain strings checked below and by the CEL rule: a constrained key type would become the
-    # schema's `patternProperties`, which the API server refuses in a CRD.
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
-        "rule": f"self.attributes.all(k, size(k) <= {_ATTRIBUTE_NAME_MAX} && k.matches('{_ATTRIBUTE_NAME}'))",
-        "message": f"attributes: every name matches {_ATTRIBUTE_NAME} and has at most {_ATTRIBUTE_NAME_MAX} characters",
-        "fieldPath": ".attributes",
-    }]})
-
-    attributes: dict[str, Annotated[str, Field(max_length=1024)]] = Field(min_length=1)
+    # Keys as plain strings checked below: a constrained key type would become the schema's `patternProperties`,
+    # which the API server refuses in a CRD; and a CEL rule over free-length map keys exceeds the API server's
+    # cost budget, so a bad name is flagged in status (the operator's parse), not at apply time.
+    attributes: dict[str, Annotated[str, Field(max_length=1024)]] = Field(min_length=1, max_length=32)
     """The resource attributes to add, e.g. `{k8s.namespace.name: shop, k8s.deployment.name: orders}`."""
 
     @model_validator(mode="after")
@@ -85,15 +80,15 @@ class AttributionConfig(StrictModel):
     """Attribute pushes when the receiver runs in a Kubernetes pod with a service account token that may
     get/list/watch pods, replicasets and jobs (the operator grants that when this is true). Outside
     Kubernetes the receiver says so in its log and only `rules` apply. False: never."""
-    namespaces: tuple[WatchedNamespace, ...] = ()
+    namespaces: tuple[WatchedNamespace, ...] = Field(default=(), max_length=256)
     """Namespaces whose pods, ReplicaSets and Jobs are watched; empty = the receiver's own namespace (what a
     TelemetryReceiver grants: a Role in its namespace); `*` = every namespace (needs a cluster-wide grant,
     which the operator does not make: bind the receiver's service account yourself)."""
-    labels: tuple[MetadataAttribute, ...] = DEFAULT_LABELS
+    labels: tuple[MetadataAttribute, ...] = Field(default=DEFAULT_LABELS, max_length=64)
     """Pod labels copied to resource attributes."""
-    annotations: tuple[MetadataAttribute, ...] = ()
+    annotations: tuple[MetadataAttribute, ...] = Field(default=(), max_length=64)
     """Pod annotations copied to resource attributes."""
-    rules: tuple[AttributionRule, ...] = ()
+    rules: tuple[AttributionRule, ...] = Field(default=(), max_length=256)
     """Attributes for pushes not from a pod's own address, by principal and client id (first match wins)."""
     deleted_pod_grace_seconds: int = Field(default=120, ge=0, le=3600)
     """A pod's pushes still arriving this long after it was deleted (a terminating client's last push, the
