@@ -106,7 +106,7 @@ def _ask(cluster: Cluster, receiver: dict[str, Any], warnings: list[str]) -> lis
     """The documents of the receiver's replicas (at least one, else PluginError); what failed in `warnings`."""
     meta = receiver["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    auth = (receiver.get("spec") or {}).get("auth") or {}
+    auth = ((receiver.get("spec") or {}).get("receiver") or {}).get("auth") or {}  # spec.receiver.auth
     headers: dict[str, str] = {}
     if auth.get("enabled", True):
         ref = auth.get("tokenSecretRef") or {}

@@ -18,7 +18,7 @@ NOW = 1_700_000_100_000
 
 
 def _receiver(namespace: str, name: str, auth: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"metadata": {"namespace": namespace, "name": name}, "spec": {"auth": auth} if auth else {}}
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": {"receiver": {"auth": auth}} if auth else {}}
 
 
 def _subscription(namespace: str, name: str, match: dict[str, str] | None) -> dict[str, Any]:
