@@ -89,6 +89,9 @@ def test_closure_is_the_stages_a_target_needs() -> None:
     ("build", True), ("build/stack/x.log", True), ("operator/kct/__pycache__/a.pyc", True),
     ("plugin/target/classes/A.class", True), ("plugin/src/A.java", False), ("operator/x.egg-info/PKG-INFO", True),
     ("README.md", False), ("tests/unit/test_x.py", True), (".venv/bin/python", True), ("pyproject.toml", False),
+    # built in place by the editable install; its bytes differ per checkout, so it would re-key every clone
+    ("operator/kct/receiver/_otlpscan.cpython-311-x86_64-linux-gnu.so", True),
+    ("operator/kct/receiver/_otlpscan.c", False),
 ])
 def test_the_repositorys_dockerignore_is_applied_as_docker_does(path: str, excluded: bool) -> None:
     """Given the repository's .dockerignore, then build output, caches and folders no stage needs are out."""
