@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from kct.api.matching import match_client
+from kct.api.matching import matches
 from kct.otlp.clients_doc import ClientEntry
 
 __all__ = [
@@ -96,6 +96,9 @@ class ClientCensus:
         for raw in document.get("clients") or ():
             entry = cast(ClientEntry, {
                 **raw,
+                # the instance id is a match key too (clientInstanceId): held with the labels, built once here
+                # rather than once per subscription per tick
+                "labels": {**(raw.get("labels") or {}), "client_instance_id": raw["client_instance_id"]},
                 "first_push_ms": int(raw["first_push_ms"]) + offset,
                 "last_push_ms": int(raw["last_push_ms"]) + offset,
             })
@@ -144,10 +147,6 @@ class ClientsSummary:
     workloads_left_out: int = 0
 
 
-def _labels(entry: ClientEntry) -> dict[str, str | None]:
-    return {**entry["labels"], "client_instance_id": entry["client_instance_id"]}
-
-
 def _workload_ref(entry: ClientEntry) -> str | None:
     name = workload(entry)
     if not name:
@@ -159,9 +158,10 @@ def _workload_ref(entry: ClientEntry) -> str | None:
 def summarize(
     clients: Iterable[ClientEntry], selectors: Mapping[str, str], *, max_software: int = 10, max_workloads: int = 10
 ) -> ClientsSummary:
-    """The clients `selectors` (broker keys) match, by the broker's rule; lists bounded, most clients first
-    (ties by name, so the same clients always give the same status and no needless write)."""
-    matched = [entry for entry in clients if match_client(selectors, _labels(entry)).matched]
+    """The `clients` (from `ClientCensus.live`: their labels hold `client_instance_id`) that `selectors`
+    (broker keys) match, by the broker's rule; lists bounded, most clients first (ties by name, so the same
+    clients always give the same status and no needless write)."""
+    matched = [entry for entry in clients if matches(selectors, entry["labels"])]
     software = Counter(
         (entry["labels"].get("client_software_name", ""), entry["labels"].get("client_software_version", ""))
         for entry in matched

@@ -382,3 +382,32 @@ def test_kct_operator_registers_both_timers_with_the_configured_interval() -> No
               if t.id in {"read-clients", "matched-clients"}}
     assert timers["read-clients"][0] == 7 and "telemetryreceivers" in timers["read-clients"][1]
     assert timers["matched-clients"][0] == 7 and "clientmetricssubscriptions" in timers["matched-clients"][1]
+
+
+async def test_without_any_telemetry_receiver_nothing_is_written() -> None:
+    """Given an operator that watches no TelemetryReceiver (the receivers run elsewhere), When a subscription's
+    timer runs, Then it writes no status.clients and no condition (nothing is known, nothing is claimed)."""
+    handlers = ClientsHandlers(OperatorConfig(), source=FakeReceiverClients, clock=_Clock())
+    patch = kopf.Patch()
+
+    await handlers.matched_clients(body=kopf.Body(_subscription(None, {"conditions": [_ready()]})), patch=patch)
+
+    assert dict(patch) == {}
+
+
+def test_the_counting_verdict_is_the_broker_rule_of_kubectl_kct_why() -> None:
+    """Given selectors with anchoring traps, an invalid regex and labels a client lacks, When `matches` (the
+    cached verdict the status counts with) is asked twice, Then it equals `match_client(...).matched` (what
+    `kubectl kct why` shows) every time."""
+    from kct.api.matching import matches
+
+    selector_sets = [{}, {"client_id": "checkout"}, {"client_id": "checkout.*"}, {"client_id": "(unclosed"},
+                     {"client_id": ".*", "client_software_name": "apache-kafka-java"},
+                     {"client_instance_id": "id-1.*"}, {"client_rack": "rack-a"}]
+    clients = [{"client_id": "checkout", "client_software_name": "apache-kafka-java", "client_instance_id": "id-1"},
+               {"client_id": "checkout-2", "client_software_name": "librdkafka", "client_instance_id": "id-22"},
+               {"client_id": "xcheckout", "client_instance_id": "id-3"}]
+    for _ in range(2):
+        for selectors in selector_sets:
+            for labels in clients:
+                assert matches(selectors, labels) == match_client(selectors, labels).matched, (selectors, labels)
