@@ -119,8 +119,10 @@ def clients_outcome(
         summary = summarize(clients, broker_selectors(match if isinstance(match, Mapping) else None))
         matched = summary.matched
         fresh = clients_status(summary, left_out)
-        if _worth_writing(fresh, resource.status.get("clients"), policy.push_time_step_s):
-            status["clients"] = fresh
+        old = resource.status.get("clients")
+        if _worth_writing(fresh, old, policy.push_time_step_s):
+            # A merge patch keeps the keys it does not name: null the ones that went (leftOut, lastPushTime).
+            status["clients"] = {**{key: None for key in old or {} if key not in fresh}, **fresh}
     conditions = resource.status.get("conditions") or []
     previous = find_condition(conditions, ConditionType.CLIENTS_MATCHED)
     state, reason, message = _condition(previous, matched, policy, now)

@@ -411,3 +411,15 @@ def test_the_counting_verdict_is_the_broker_rule_of_kubectl_kct_why() -> None:
         for selectors in selector_sets:
             for labels in clients:
                 assert matches(selectors, labels) == match_client(selectors, labels).matched, (selectors, labels)
+
+
+def test_fields_that_went_away_are_removed_by_the_merge_patch() -> None:
+    """Given status.clients with a lastPushTime and leftOut, When no client matches any more and the census
+    is no longer full, Then the patch nulls both (a merge patch would otherwise keep them)."""
+    previous = {"clients": {"matched": 2, "bySoftware": [], "topWorkloads": [], "lastPushTime": "2026-11-29T11:00:00Z",
+                            "leftOut": 4}}
+
+    outcome = _outcome({"clientId": "billing-.*"}, [_client("a", T0_MS)], previous, T0)
+
+    assert outcome.status["clients"] == {"matched": 0, "bySoftware": [], "topWorkloads": [], "lastPushTime": None,
+                                         "leftOut": None}
