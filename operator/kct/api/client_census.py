@@ -90,6 +90,12 @@ class ClientCensus:
     def __len__(self) -> int:
         return len(self._clients)
 
+    @property
+    def full_and_left_out(self) -> int:
+        """`left_out` while the census is full (the counts may be low now), else 0: a census that filled up
+        once and emptied since no longer taints every subscription's status."""
+        return self.left_out if len(self._clients) >= self.max_clients else 0
+
     def absorb(self, document: Mapping[str, Any], now_ms: int) -> None:
         """One replica's `/v1/clients` answer, read at `now_ms` on our clock."""
         offset = now_ms - int(document.get("now_ms") or now_ms)  # their clock -> ours

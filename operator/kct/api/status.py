@@ -63,7 +63,7 @@ class SubscriptionClients(SpecModel):
     last_push_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     """The latest push of a matched client."""
     left_out: int | None = Field(default=None, ge=0)
-    """Clients the operator could not keep track of (its census was full): the count may be low."""
+    """While the operator's census of clients is full: how many it left out so far (the counts may be low)."""
 
 
 class ClientMetricsSubscriptionStatus(SpecModel):

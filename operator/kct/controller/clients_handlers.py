@@ -92,8 +92,12 @@ class ClientsHandlers:
         self._receivers.add(receiver.key)
         read = await asyncio.to_thread(read_receiver, self._source, receiver)
         now_ms = self._now_ms()
+        left_out = self.census.left_out
         for document in read.documents:
             self.census.absorb(document, now_ms)
+        if self.census.left_out > left_out:
+            log.warning("the clients census is full (%d clients): %d left out so far; status.clients counts may be low",
+                        self.census.max_clients, self.census.left_out)
         if read.documents:
             self._answered_ms[receiver.key] = now_ms
         if read.problems != self._problems.get(receiver.key, []):  # logged when they change, not every tick
@@ -115,7 +119,7 @@ class ClientsHandlers:
         # Matching is every live client against this subscription's regexes: off the event loop, on a
         # snapshot (the census replaces entries, never changes one, so the list stays as it was taken).
         outcome = await asyncio.to_thread(clients_outcome, ResourceView.from_body(body), clients,
-                                          self.census.left_out, self.policy, now)
+                                          self.census.full_and_left_out, self.policy, now)
         write_outcome(outcome, body, patch, retry=False)
 
 

@@ -134,7 +134,9 @@ def test_the_census_is_bounded_and_counts_what_it_left_out() -> None:
     census.absorb(_doc(T0_MS, *(_client(f"c{i}", T0_MS - 1_000 * i) for i in range(8))), T0_MS)
 
     assert sorted(c["client_instance_id"] for c in census.live(T0_MS)) == ["c0", "c1", "c2", "c3", "c4"]
-    assert census.left_out == 3
+    assert census.left_out == census.full_and_left_out == 3
+    census.live(T0_MS + 10 * MIN_RETENTION_MS)  # all expired: no longer full
+    assert census.left_out == 3 and census.full_and_left_out == 0
 
 
 # --- reading the replicas ---------------------------------------------------------------------------------
