@@ -98,12 +98,20 @@ def helm_for(stack: NodeStack) -> list[str]:
     return [out.stdout.strip().splitlines()[-1], f"--kubeconfig={stack.kubeconfig}"]
 
 
+CLIENTS_INTERVAL_SECONDS = 5
+NO_CLIENTS_WARNING_SECONDS = 20
+CLIENTS_STATUS_VALUES = ("--set", f"operator.clients.intervalSeconds={CLIENTS_INTERVAL_SECONDS}",
+                         "--set", f"operator.clients.noMatchWarningSeconds={NO_CLIENTS_WARNING_SECONDS}")
+
+
 def chart_values(stack: NodeStack) -> list[str]:
     """`--set`s that run the chart with our runtime image (never pulled) against the node stack's Kafka."""
     assert stack.kct_image is not None
     repository, tag = stack.kct_image.rsplit(":", 1)
     return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-            "--set", "image.pullPolicy=Never", "--set", f"kafka.bootstrapServers={stack.kafka_pod_bootstrap}"]
+            "--set", "image.pullPolicy=Never", "--set", f"kafka.bootstrapServers={stack.kafka_pod_bootstrap}",
+            # status.clients within seconds, and a subscription matching nothing warned after 20 s, not 10 min
+            *CLIENTS_STATUS_VALUES]
 
 
 def telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, token_secret: str | None = None,

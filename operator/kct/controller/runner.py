@@ -5,7 +5,9 @@ Settings come from flags with environment fallbacks so the Deployment and local 
 `KAFKA_BOOTSTRAP_SERVERS` (the default cluster), `KCT_KAFKA_PROPERTIES_FILE`, and for several replicas
 `KCT_LEADER_ELECTION` (true/false), `KCT_LEADER_ELECTION_NAME`, `POD_NAMESPACE`, `POD_NAME`, and
 `KCT_WATCH_SPARK_APPLICATIONS` (true/false: the aggregation's state reaches status as the spark-operator
-reports it; needs list/watch on sparkoperator.k8s.io applications).
+reports it; needs list/watch on sparkoperator.k8s.io applications), `KCT_CLIENTS_INTERVAL_SECONDS` (default
+30: how often each subscription's matched clients are counted) and `KCT_NO_CLIENTS_WARNING_SECONDS`
+(default 600: how long a subscription may match nothing before its Warning).
 
 With leader election on, a replica first waits for the Lease (kct.controller.leadership), answering its
 liveness endpoint meanwhile so the kubelet does not restart a healthy standby; only the holder starts
@@ -105,12 +107,15 @@ def _lead(election: LeaderElection, liveness_endpoint: str | None) -> LeaderElec
 
 def register_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Every handler `kct operator` runs, on one registry: the ClientMetricsSubscription controller (whose
-    startup and login handlers configure kopf for both) and the TelemetryReceiver controller."""
+    startup and login handlers configure kopf for both), the TelemetryReceiver controller, and the timers
+    counting each subscription's matched clients."""
+    from kct.controller.clients_handlers import register_clients_handlers
     from kct.controller.subscription_handlers import register_subscription_handlers
     from kct.controller.telemetry_receiver_handlers import register_receiver_handlers
 
     register_subscription_handlers(registry, config)
     register_receiver_handlers(registry, config)
+    register_clients_handlers(registry, config)
 
 
 def run_operator(
@@ -121,6 +126,8 @@ def run_operator(
     verbose: bool = False,
     election: LeaderElection | None = None,
     watch_spark_applications: bool = False,
+    clients_interval_seconds: float = 30.0,
+    no_clients_warning_seconds: float = 600.0,
 ) -> None:
     import kopf
 
@@ -132,7 +139,9 @@ def run_operator(
     logging.getLogger("kafka").setLevel(logging.WARNING if verbose else logging.CRITICAL)
     registry = kopf.OperatorRegistry()
     config = OperatorConfig(resync_seconds=resync_seconds, backoff_max_seconds=backoff_max_seconds,
-                            watch_spark_applications=watch_spark_applications)
+                            watch_spark_applications=watch_spark_applications,
+                            clients_interval_seconds=clients_interval_seconds,
+                            no_clients_warning_seconds=no_clients_warning_seconds)
     register_handlers(registry, config)
     # Everything that needs no lease is ready before waiting for it, so a takeover starts kopf at once.
     memo = kopf.Memo(admins=AdminPool.from_environment(KubernetesSecretReader()))
@@ -166,7 +175,9 @@ def _handle(args: argparse.Namespace) -> int:
             lease_duration_seconds=args.lease_duration_seconds,
         )
     run_operator(namespaces, args.resync_seconds, args.backoff_max_seconds, args.liveness, args.verbose, election,
-                 watch_spark_applications=args.watch_spark_applications)
+                 watch_spark_applications=args.watch_spark_applications,
+                 clients_interval_seconds=args.clients_interval_seconds,
+                 no_clients_warning_seconds=args.no_clients_warning_seconds)
     return 0
 
 
@@ -216,6 +227,17 @@ def register(subparsers: Any) -> None:
         default=_flag(os.environ.get("KCT_WATCH_SPARK_APPLICATIONS", "false")),
         help="watch the aggregation's SparkApplications so their state reaches status at once, not at the next "
              "resync; needs list/watch on them (default: $KCT_WATCH_SPARK_APPLICATIONS)",
+    )
+    parser.add_argument(
+        "--clients-interval-seconds", type=float, default=float(os.environ.get("KCT_CLIENTS_INTERVAL_SECONDS", "30")),
+        help="how often the receivers' client registries are read and each subscription's status.clients updated "
+             "(default: $KCT_CLIENTS_INTERVAL_SECONDS or 30)",
+    )
+    parser.add_argument(
+        "--no-clients-warning-seconds", type=float,
+        default=float(os.environ.get("KCT_NO_CLIENTS_WARNING_SECONDS", "600")),
+        help="how long a subscription may match no live client before ClientsMatched=False and a Warning event "
+             "(default: $KCT_NO_CLIENTS_WARNING_SECONDS or 600)",
     )
     parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--verbose", "-v", action="store_true")
