@@ -239,6 +239,42 @@ class MutualTlsTest {
     }
 
     @Test
+    void aTruststoreUnreadableAtStartIsUsedOnceFixed(@TempDir Path dir) throws Exception {
+        // Given a truststore file that is not a keystore at start, and a keystore client certificate
+        Path truststore = write(dir, "trust.p12", "not a keystore");
+        Path keystore = TestCertificates.keystore(client1, dir.resolve("client.p12"));
+        try (TlsTestEndpoint endpoint = new TlsTestEndpoint(serverA, caA);
+             Forwarder f = forwarder(endpoint.url(), Map.of(
+                 ForwarderConfig.TLS_TRUSTSTORE_PATH, truststore.toString(),
+                 ForwarderConfig.TLS_TRUSTSTORE_PASSWORD, TestCertificates.PASSWORD,
+                 ForwarderConfig.TLS_KEYSTORE_PATH, keystore.toString(),
+                 ForwarderConfig.TLS_KEYSTORE_PASSWORD, TestCertificates.PASSWORD,
+                 ForwarderConfig.RETRIES_MAX, "100"))) {
+            // Then the broker still starts; the load error is counted and pushes fail as for an unreachable endpoint
+            assertEquals(1.0, f.metrics().value("tls-reload-errors-total"));
+            for (int i = 0; i < 3; i++) {
+                f.offer(Map.of("kct-client-instance-id", "client-" + i), payload("push-" + i));
+            }
+            assertTrue(Waits.until(() -> f.metrics().value("endpoint-unavailable-total") >= 2.0, 10_000));
+            assertEquals(0, endpoint.received.size());
+            // When a PKCS#12 truststore holding CA A replaces it
+            java.security.KeyStore trust = java.security.KeyStore.getInstance("PKCS12");
+            trust.load(null, null);
+            trust.setCertificateEntry("ca-a", caA.certificate());
+            Path tmp = dir.resolve("trust.p12.tmp");
+            try (var out = Files.newOutputStream(tmp)) {
+                trust.store(out, TestCertificates.PASSWORD.toCharArray());
+            }
+            Files.move(tmp, truststore, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+                java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+            // Then every queued push is delivered with the keystore's certificate
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 3.0, 10_000));
+            assertEquals(3, endpoint.countFrom("CN=client-1"));
+            assertEquals(0.0, f.metrics().value("failed-total"));
+        }
+    }
+
+    @Test
     void pemKeysInEveryFormMatchTheirCertificates() throws Exception {
         for (TestCertificates.Issued issued : new TestCertificates.Issued[] {client1, client2}) {
             for (String pem : new String[] {TestCertificates.pkcs8Pem(issued.key()),

@@ -38,6 +38,11 @@ final class TestCertificates {
 
     /** A CA: its keystore and its certificate as PEM. */
     record Ca(String name, Path keystore, Path certPem) {
+        X509Certificate certificate() throws Exception {
+            try (var in = Files.newInputStream(certPem)) {
+                return (X509Certificate) CertificateFactory.getInstance("X.509").generateCertificate(in);
+            }
+        }
     }
 
     /** An issued certificate: its key pair's keystore, the PEM chain (leaf, CA) and the private key. */
