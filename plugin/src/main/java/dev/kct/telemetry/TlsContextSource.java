@@ -168,6 +168,10 @@ final class TlsContextSource {
     }
 
     private SSLContext build(Map<String, byte[]> contents) throws GeneralSecurityException, IOException {
+        if (files.isEmpty() && !config.tlsInsecureSkipVerify) {
+            // nothing of ours: the JVM's default context, which honours the broker's javax.net.ssl.* properties
+            return SSLContext.getDefault();
+        }
         TrustManager[] trust;
         if (config.tlsInsecureSkipVerify) {
             trust = new TrustManager[] {new TrustAll()};
