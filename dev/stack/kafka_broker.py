@@ -263,7 +263,7 @@ def answers(host: str, port: int) -> bool:
 def _server_properties(data: Path, telemetry_endpoint: str, port: int, controller_port: int,
                        plugin: bool, token_file: Path | None, pod_listener: str | None = None, *,
                        version: str = KAFKA_VERSION, plugin_class: str | None = None, node_id: int = 1,
-                       voters: str | None = None, replication: int = 1) -> str:
+                       voters: str | None = None, replication: int = 1, ca_file: Path | None = None) -> str:
     """One combined broker+controller node. Alone by default; `voters` (`id@host:port,...`, see
     kafka_cluster.quorum_voters) makes it node `node_id` of a static quorum, and `replication` the
     replication factor of Kafka's internal topics (min.insync.replicas one less, at least 1)."""
@@ -310,6 +310,9 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
         ]
         if token_file is not None:
             lines.append(f"kct.telemetry.token.file={token_file}")
+        if ca_file is not None:
+            # The receiver's CA bundle (an https endpoint); the plugin re-reads it when it changes.
+            lines.append(f"kct.telemetry.tls.ca.file={ca_file}")
     return "\n".join(lines) + "\n"
 
 
@@ -342,7 +345,8 @@ def new_cluster_id() -> str:
             return value
 
 
-def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
+def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, ca_file: Path | None = None,
+       plugin: bool = True,
        name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
        pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
        jvm: Sequence[str] = HEAP) -> dict[str, str]:
@@ -350,6 +354,7 @@ def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, 
 
     A running broker whose configuration differs (e.g. another KCT_TELEMETRY_ENDPOINT) is restarted.
     `token_file`: a file whose content the plugin sends as `Authorization: Bearer ...`.
+    `ca_file`: the PEM bundle the plugin trusts for an https endpoint (`kct.telemetry.tls.ca.file`).
     `plugin`, `name` and the ports exist for benchmarks that need a second broker without the plugin.
     `pod_listener`: `host:port` of one more listener, for the pods of a node stack (stack.py node-up).
     `version`: any Kafka release (kafka_versions.MATRIX); `plugin_class`: by default the release's own.
@@ -359,7 +364,8 @@ def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, 
         install(version)
     config = state / name / "server.properties"
     wanted = _server_properties(state / name / "data", telemetry_endpoint, port, controller_port, plugin,
-                                token_file, pod_listener, version=version, plugin_class=plugin_class)
+                                token_file, pod_listener, version=version, plugin_class=plugin_class,
+                                ca_file=ca_file)
     log = state / "logs" / f"{name}.log"
     if _proc.is_running(state, name):
         if config.exists() and config.read_text() == wanted:
