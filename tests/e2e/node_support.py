@@ -171,8 +171,24 @@ def publish_receiver_ca(stack: NodeStack, namespace: str = PLUGIN_NAMESPACE) -> 
     os.replace(staged, stack.receiver_ca_file)
 
 
+# Prepended to in-node scripts that call receiver pods or their Service by address: urllib's https then trusts
+# the receiver's CA bundle (publish_receiver_ca wrote it; receivers serve TLS by default). The hostname is not
+# checked: pod and cluster IPs are not among the certificate's names (its Service's DNS names).
+RECEIVER_TLS = """
+import os as _os, ssl as _ssl, urllib.request as _request
+_context = _ssl.create_default_context(cafile=_os.environ["KCT_RECEIVER_CA_FILE"])
+_context.check_hostname = False
+_request.install_opener(_request.build_opener(_request.HTTPSHandler(context=_context)))
+"""
+
+
+def node_env(stack: NodeStack) -> dict[str, str]:
+    """The environment of an in-node script: ours, plus where the receiver's CA bundle is (RECEIVER_TLS)."""
+    return dict(os.environ, KCT_RECEIVER_CA_FILE=str(stack.receiver_ca_file))
+
+
 def in_node(stack: NodeStack, script: str, *args: str, timeout: float = 60) -> str:
     proc = subprocess.run([*stack.node_exec, sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env=node_env(stack))
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
