@@ -8,6 +8,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from kct.api.subscription import KafkaConnection
 from kct.api.telemetry_receiver import TelemetryReceiverStatus
@@ -409,3 +410,26 @@ def test_tls_disabled_or_from_a_secret_issues_nothing() -> None:
     assert world.status["endpoint"].startswith("https://")
     assert world.status["tls"] == {"mode": "secret", "caBundleSecret": "mine/ca.crt", "servingSecret": "mine"}
     assert ("Secret", "ns", "tr-ca") not in world.kube.objects
+
+
+def test_a_renewed_ca_joins_the_published_bundle_beside_the_old_one() -> None:
+    """Given issued certificates, When reconciled once the CA is within caRenewBeforeHours, Then the bundle the
+    brokers read holds the new CA and the old one (the overlap), the serving certificate stays signed by the old
+    CA until the new one propagated, and after caPropagationMinutes a new one is signed by the new CA."""
+    world = World(AVAILABLE)
+    world.reconcile({})
+    old_ca = _secret_text(world, "tr-ca", "ca.crt")
+    renewal = NOW + dt.timedelta(days=4 * 365 + 1)  # under a year left of the CA's 5
+    world.reconcile({}, now=renewal)
+    bundle = _secret_text(world, "tr-ca-bundle", "ca.crt")
+    new_ca = _secret_text(world, "tr-ca", "ca.crt")
+    assert new_ca != old_ca and bundle == new_ca + old_ca
+    assert _secret_text(world, "tr-tls", "ca.crt") == bundle
+    assert _secret_text(world, "tr-ca", "previous-ca.crt") == old_ca
+    serving = x509.load_pem_x509_certificate(_secret_text(world, "tr-tls", "tls.crt").encode())
+    serving.verify_directly_issued_by(x509.load_pem_x509_certificate(old_ca.encode()))
+
+    world.reconcile({}, now=renewal + dt.timedelta(minutes=11))
+    serving = x509.load_pem_x509_certificate(_secret_text(world, "tr-tls", "tls.crt").encode())
+    serving.verify_directly_issued_by(x509.load_pem_x509_certificate(new_ca.encode()))
+    assert _secret_text(world, "tr-ca-bundle", "ca.crt") == bundle
