@@ -47,7 +47,7 @@ from kct.receiver.accesslog import PushAccessLog
 from kct.receiver.config import ReceiverConfig
 from kct.receiver.errors import BadRequest
 
-__all__ = ["Answer", "ConnectionBudget", "LeanIngestProtocol", "PushHandler", "common_name", "encode_answer",
+__all__ = ["Answer", "ConnectionBudget", "LeanIngestProtocol", "PushHandler", "encode_answer",
            "parse_head"]
 
 MAX_HEAD = 8192
@@ -131,17 +131,6 @@ class _Date:
 
 
 _DATE = _Date()
-
-
-def common_name(cert: Any) -> str | None:
-    """The subject CN of a peer certificate as `ssl` reports it (None without one)."""
-    if not cert:
-        return None
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return None
 
 
 def parse_head(head: bytes) -> tuple[dict[str, str], int, bool] | None:
