@@ -1,6 +1,7 @@
 """Reconciling one TelemetryReceiver, without kopf.
 
-`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_token`
+`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_tls` (the
+operator's CA and serving certificate, issued or renewed as `kct.render.certificates` decides) -> `resolve_token`
 -> `plan_receiver` (pure: the desired children, rendered once by `kct.render`) -> `apply_children`
 (server-side, forced) -> `prune_children` (ours, owned, no longer desired) -> `sync_topic` (through the
 Admin API; partitions only grow; replication chosen at creation against the broker count, min ISR kept)
