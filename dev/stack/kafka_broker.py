@@ -377,6 +377,7 @@ def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, 
 
     A running broker whose configuration differs (e.g. another KCT_TELEMETRY_ENDPOINT) is restarted.
     `token_file`: a file whose content the plugin sends as `Authorization: Bearer ...`.
+    `plugin_tls`: the plugin's CA bundle (an https endpoint) and, for mTLS, its client certificate (PluginTls).
     `plugin`, `name` and the ports exist for benchmarks that need a second broker without the plugin.
     `pod_listener`: `host:port` of one more listener, for the pods of a node stack (stack.py node-up).
     `version`: any Kafka release (kafka_versions.MATRIX); `plugin_class`: by default the release's own.

@@ -36,17 +36,20 @@ class ReceiverRef:
     namespace: str
     name: str
     token_secret: tuple[str, str] | None  # (Secret name, key), None when auth is off
+    scheme: str = "https"  # receivers serve TLS unless spec.receiver.tls.mode is disabled
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> ReceiverRef:
         meta = body.get("metadata") or {}
         name = str(meta.get("name", ""))
-        auth = ((body.get("spec") or {}).get("receiver") or {}).get("auth") or {}  # spec.receiver.auth
+        receiver = (body.get("spec") or {}).get("receiver") or {}
+        auth = receiver.get("auth") or {}  # spec.receiver.auth
+        scheme = "http" if (receiver.get("tls") or {}).get("mode") == "disabled" else "https"
         token = None
         if auth.get("enabled", True):
             ref = auth.get("tokenSecretRef") or {}
             token = (str(ref.get("name") or ChildNames(name).token_secret), str(ref.get("key") or "token"))
-        return cls(str(meta.get("namespace", "")), name, token)
+        return cls(str(meta.get("namespace", "")), name, token, scheme)
 
     @property
     def key(self) -> str:
@@ -131,7 +134,7 @@ class ApiServerProxySource:
     def clients_document(self, receiver: ReceiverRef, pod: str, token: str | None) -> Mapping[str, Any]:
         # The API server consumes `Authorization` (it authenticates us), so the token travels in its own header.
         headers = {"Accept": "application/json", **({READ_TOKEN_HEADER: token} if token else {})}
-        path = f"/api/v1/namespaces/{receiver.namespace}/pods/{pod}:{OTLP_PORT}/proxy{CLIENTS_ROUTE}"
+        path = f"/api/v1/namespaces/{receiver.namespace}/pods/{receiver.scheme}:{pod}:{OTLP_PORT}/proxy{CLIENTS_ROUTE}"
         request = self._api.param_serialize("GET", path, header_params=headers, auth_settings=["BearerToken"])
         response = self._api.call_api(*request, _request_timeout=self._timeout)
         body: bytes = response.read()

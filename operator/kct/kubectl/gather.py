@@ -98,9 +98,11 @@ def _ask(cluster: Cluster, receiver: dict[str, Any], warnings: list[str]) -> lis
         secret, key = ref.get("name") or ChildNames(name).token_secret, ref.get("key") or "token"
         headers[READ_TOKEN_HEADER] = cluster.secret_value(namespace, secret, key)
     service = ChildNames(name).receiver
+    tls = ((receiver.get("spec") or {}).get("receiver") or {}).get("tls") or {}  # spec.receiver.tls, on by default
+    scheme = "http" if tls.get("mode") == "disabled" else "https"
 
     def get(kind: str, target: str) -> dict[str, Any]:
-        document = cluster.proxy_get(namespace, kind, target, OTLP_PORT, CLIENTS_ROUTE, headers)
+        document = cluster.proxy_get(namespace, kind, target, OTLP_PORT, CLIENTS_ROUTE, headers, scheme)
         if not isinstance(document, dict):
             raise Unreachable(f"{kind} {namespace}/{target}: the answer is not a clients document")
         return document

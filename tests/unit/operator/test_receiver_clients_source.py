@@ -31,8 +31,8 @@ ROUTES: dict[str, tuple[int, Any]] = {
     "/api/v1/namespaces/kafka/secrets/telemetry-token":
         (200, {"kind": "Secret", "apiVersion": "v1", "metadata": {"name": "telemetry-token"},
                "data": {"token": base64.b64encode(b"s3cret\n").decode()}}),
-    "/api/v1/namespaces/kafka/pods/telemetry-receiver-a:4318/proxy/v1/clients": (200, DOCUMENT),
-    "/api/v1/namespaces/kafka/pods/telemetry-receiver-b:4318/proxy/v1/clients":
+    "/api/v1/namespaces/kafka/pods/https:telemetry-receiver-a:4318/proxy/v1/clients": (200, DOCUMENT),
+    "/api/v1/namespaces/kafka/pods/https:telemetry-receiver-b:4318/proxy/v1/clients":
         (403, {"kind": "Status", "message": "pods \"telemetry-receiver-b\" is forbidden: cannot get pods/proxy"}),
 }
 
@@ -85,8 +85,8 @@ def test_every_ready_replica_is_asked_through_the_pod_proxy_with_the_read_token(
     assert set(selector.split(",")) == {"app.kubernetes.io/name=kct-receiver", "app.kubernetes.io/instance=telemetry",
                                         "app.kubernetes.io/component=receiver"}
     proxied = {path: headers for path, headers in _ApiServer.seen if "/proxy/" in path}
-    assert sorted(proxied) == ["/api/v1/namespaces/kafka/pods/telemetry-receiver-a:4318/proxy/v1/clients",
-                               "/api/v1/namespaces/kafka/pods/telemetry-receiver-b:4318/proxy/v1/clients"]
+    assert sorted(proxied) == ["/api/v1/namespaces/kafka/pods/https:telemetry-receiver-a:4318/proxy/v1/clients",
+                               "/api/v1/namespaces/kafka/pods/https:telemetry-receiver-b:4318/proxy/v1/clients"]
     for headers in proxied.values():
         assert headers["x-kct-read-token"] == "s3cret"
         assert headers["authorization"] == "Bearer operator-token"
@@ -102,3 +102,12 @@ def test_a_missing_token_secret_is_a_problem_not_a_crash(source: ApiServerProxyS
 
     assert read.documents == [] and len(read.problems) == 1 and read.problems[0].startswith("kafka/telemetry: ")
     assert not [path for path, _ in _ApiServer.seen if "/proxy/" in path]
+
+
+def test_the_proxy_scheme_follows_the_receivers_tls_mode() -> None:
+    """Given receivers serve TLS unless told otherwise, Then the pod proxy is asked over https by default and
+    over http only for `spec.receiver.tls.mode: disabled` (an http request to a TLS listener gets no answer)."""
+    meta = {"namespace": "kafka", "name": "telemetry"}
+    assert ReceiverRef.from_body({"metadata": meta, "spec": {}}).scheme == "https"
+    assert ReceiverRef.from_body({"metadata": meta, "spec": {"receiver": {"tls": {"mode": "issued"}}}}).scheme == "https"
+    assert ReceiverRef.from_body({"metadata": meta, "spec": {"receiver": {"tls": {"mode": "disabled"}}}}).scheme == "http"
