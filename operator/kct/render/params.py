@@ -37,6 +37,7 @@ __all__ = [
     "AGGREGATION_CONFIG_DIR",
     "AGGREGATION_CONFIG_KEY",
     "EXPORT_CA_DIR",
+    "KAFKA_CLIENT_DIR",
     "OTLP_PORT",
     "RECEIVER_CONFIG_DIR",
     "RECEIVER_CONFIG_KEY",
@@ -47,6 +48,8 @@ __all__ = [
     "aggregation_config_yaml",
     "config_hash",
     "export_header_env",
+    "kafka_client_dir",
+    "kafka_secret_name",
     "producer_secret_env",
     "receiver_config",
     "receiver_config_yaml",
@@ -61,6 +64,8 @@ RECEIVER_CONFIG_DIR: Final = "/etc/kct/receiver"
 RECEIVER_CONFIG_KEY: Final = "receiver.yaml"
 AGGREGATION_CONFIG_DIR: Final = "/etc/kct/aggregation"
 AGGREGATION_CONFIG_KEY: Final = "aggregation.yaml"
+# spec.kafka.secretRef, mounted whole into the receivers and the Spark job: one file per client property.
+KAFKA_CLIENT_DIR: Final = "/etc/kct/kafka-client"
 # The export's CA bundle (spec.aggregation.export.tls.caSecretRef), mounted into the driver (it sends).
 EXPORT_CA_DIR: Final = "/etc/kct/export-ca"
 API_VERSION: Final = "telemetry.kct.dev/v1alpha1"
@@ -124,10 +129,21 @@ def receiver_config(spec: TelemetryReceiverSpec, bootstrap_servers: str) -> Rece
                 topic=spec.topic.name,
                 producer_properties=dict(settings.producer_properties),
                 producer_properties_from_env=producer_secret_env(spec),
+                client_properties_dir=kafka_client_dir(spec),
             ),
         )
     except ValidationError as error:
         raise ValueError(format_validation_error(error, "spec.receiver")) from None
+
+
+def kafka_secret_name(spec: TelemetryReceiverSpec) -> str | None:
+    """The Secret of spec.kafka.secretRef (the cluster's credentials and CA), if any."""
+    return None if spec.kafka is None or spec.kafka.secret_ref is None else spec.kafka.secret_ref.name
+
+
+def kafka_client_dir(spec: TelemetryReceiverSpec) -> str | None:
+    """Where the pods read spec.kafka.secretRef's properties (KAFKA_CLIENT_DIR), if the spec names a Secret."""
+    return None if kafka_secret_name(spec) is None else KAFKA_CLIENT_DIR
 
 
 def producer_secret_env(spec: TelemetryReceiverSpec) -> dict[str, str]:
@@ -141,7 +157,8 @@ def receiver_config_yaml(params: ReceiverParams) -> str:
 
 
 def _source(params: ReceiverParams) -> SourceConfig:
-    source = SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name)
+    source = SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name,
+                          client_properties_dir=kafka_client_dir(params.spec))
     aggregation = params.spec.aggregation
     if aggregation is None or aggregation.max_records_per_trigger is None:
         return source

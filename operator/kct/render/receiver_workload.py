@@ -14,12 +14,14 @@ from typing import Any
 from kct.render.attribution_rbac import receiver_service_account
 from kct.render.names import COMPONENT_RECEIVER, CONFIG_HASH_ANNOTATION, child_labels, selector_labels
 from kct.render.params import (
+    KAFKA_CLIENT_DIR,
     OTLP_PORT,
     RECEIVER_CONFIG_DIR,
     RECEIVER_CONFIG_KEY,
     TOKEN_DIR,
     ReceiverParams,
     config_hash,
+    kafka_secret_name,
     producer_secret_env,
     receiver_config_yaml,
 )
@@ -118,6 +120,8 @@ def _container(params: ReceiverParams) -> dict[str, Any]:
     }
     if params.token_ref is not None:
         container["volumeMounts"].append({"name": "token", "mountPath": TOKEN_DIR, "readOnly": True})
+    if kafka_secret_name(spec) is not None:
+        container["volumeMounts"].append({"name": "kafka-client", "mountPath": KAFKA_CLIENT_DIR, "readOnly": True})
     env: list[dict[str, Any]] = []
     secret_properties = spec.receiver.producer_properties_from_secrets
     for prop, variable in producer_secret_env(spec).items():
@@ -160,6 +164,12 @@ def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
             "name": "token",
             "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": 0o440},
         })
+    kafka_secret = kafka_secret_name(spec)
+    if kafka_secret is not None:
+        # The cluster's credentials and CA (spec.kafka.secretRef), one file per property: the receiver's config
+        # names only the directory, so no value reaches the ConfigMap.
+        pod_spec["volumes"].append({"name": "kafka-client",
+                                    "secret": {"secretName": kafka_secret, "defaultMode": 0o440}})
     account = receiver_service_account(params)
     if account is not None:
         pod_spec["serviceAccountName"] = account
