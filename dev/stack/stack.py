@@ -182,21 +182,33 @@ def _node_telemetry_endpoint() -> str:
                           "http://telemetry-receiver.kct-telemetry.svc.cluster.local:4318/v1/metrics")
 
 
+def _forwards(routes: list[str]) -> bool:
+    """Whether a running forwarder serves every route (one started before the secured listeners does not)."""
+    pid = _proc.read_pid(NODE_STATE, FORWARDER)
+    if pid is None or not _proc.is_running(NODE_STATE, FORWARDER):
+        return True  # nothing to replace
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return True
+    return set(routes) <= set(argv)
+
+
 def _start_forwarder(holder: int, restart: bool) -> None:
     """The host's way in: 127.0.0.1:<port> here -> the API server and Kafka on the node stack's loopback."""
-    if restart:
+    port, kafka = _node_api_port(), _node_kafka_port()
+    secured = (kafka + 2, kafka + 3)  # _node_secure_listeners
+    routes = [f"{port}:127.0.0.1:{kube.APISERVER_PORT}", f"{kafka}:127.0.0.1:{kafka}",
+              *(f"{p}:127.0.0.1:{p}" for p in secured)]
+    if restart or not _forwards(routes):
         _proc.stop_daemon(NODE_STATE, FORWARDER)
     if _proc.is_running(NODE_STATE, FORWARDER):
         return
-    port, kafka = _node_api_port(), _node_kafka_port()
-    secured = (kafka + 2, kafka + 3)  # _node_secure_listeners
     for taken in (p for p in (port, kafka, *secured) if _proc.port_open("127.0.0.1", p)):
         raise SystemExit(f"error: 127.0.0.1:{taken} is in use by another program; set KCT_NODE_API_PORT or "
                          "KCT_NODE_KAFKA_PORT")
     _proc.start_daemon(NODE_STATE, FORWARDER, [sys.executable, str(Path(__file__).with_name("forward.py")),
-                                               f"--netns-pid={holder}", f"{port}:127.0.0.1:{kube.APISERVER_PORT}",
-                                               f"{kafka}:127.0.0.1:{kafka}",
-                                               *(f"{p}:127.0.0.1:{p}" for p in secured)])
+                                               f"--netns-pid={holder}", *routes])
     _proc.wait_until(lambda: _proc.port_open("127.0.0.1", port), timeout=10, what="forwarder",
                      log=NODE_STATE / "logs" / f"{FORWARDER}.log",
                      alive=lambda: _proc.is_running(NODE_STATE, FORWARDER))
