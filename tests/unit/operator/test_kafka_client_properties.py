@@ -129,3 +129,20 @@ def test_every_client_refuses_the_same_unknown_key_by_name(translate: object) ->
     assert callable(translate)
     with pytest.raises(ValueError, match=r"unsupported Kafka client properties \['sasl\.kerberos\.keytab'\]"):
         translate({"security.protocol": "SASL_SSL", "sasl.kerberos.keytab": "/k"})
+
+
+def test_the_operators_admin_gets_the_same_secret_as_kafka_python_settings(tmp_path: Path) -> None:
+    """Given the SCRAM Secret the pods mount, and an mTLS one, When translated for the operator's admin
+    (kafka-python), Then SCRAM maps to security_protocol, sasl_mechanism and the plain username/password
+    settings (kafka-python's names for SCRAM too), and the PEM material is written to owner-only files."""
+    scram = kafka_python_settings(SCRAM, tmp_path)
+    assert {key: scram[key] for key in ("security_protocol", "sasl_mechanism", "sasl_plain_username",
+                                        "sasl_plain_password")} == {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "kct-admin",
+        "sasl_plain_password": 'p"w\\d'}
+    assert Path(scram["ssl_cafile"]).read_text() == CA
+    mtls = kafka_python_settings({"security.protocol": "SSL", "ssl.ca.pem": CA, "ssl.certificate.pem": CERT,
+                                  "ssl.key.pem": KEY}, tmp_path)
+    assert mtls["security_protocol"] == "SSL"
+    assert (Path(mtls["ssl_certfile"]).read_text(), Path(mtls["ssl_keyfile"]).read_text()) == (CERT, KEY)
+    assert Path(mtls["ssl_keyfile"]).stat().st_mode & 0o077 == 0
