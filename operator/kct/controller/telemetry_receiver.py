@@ -1,6 +1,7 @@
 """Reconciling one TelemetryReceiver, without kopf.
 
-`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_token`
+`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_token` ->
+`resolve_kafka_secret_version` (the version of spec.kafka.secretRef's Secret, in the pods' config hash)
 -> `plan_receiver` (pure: the desired children, rendered once by `kct.render`) -> `apply_children`
 (server-side, forced) -> `prune_children` (ours, owned, no longer desired) -> `sync_topic` (through the
 Admin API; partitions only grow; replication chosen at creation against the broker count, min ISR kept)
@@ -75,6 +76,7 @@ __all__ = [
     "plan_receiver",
     "prune_children",
     "reconcile_receiver",
+    "resolve_kafka_secret_version",
     "resolve_token",
     "sync_topic",
     "topic_configs",
@@ -186,11 +188,29 @@ def resolve_token(
         raise apply_stop(error) from None
 
 
+def resolve_kafka_secret_version(
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, children: ChildrenClient
+) -> str | None:
+    """resourceVersion of spec.kafka.secretRef's Secret (None: no Secret named, or not there yet: the topic step
+    reports a missing one), so pods that read it at start roll when it changes."""
+    name = None if spec.kafka is None or spec.kafka.secret_ref is None else spec.kafka.secret_ref.name
+    if name is None:
+        return None
+    try:
+        found = children.get("v1", "Secret", resource.namespace, name)
+    except ApplyRefused as error:
+        raise apply_stop(error) from None
+    version = ((found or {}).get("metadata") or {}).get("resourceVersion")
+    return str(version) if version else None
+
+
 def plan_receiver(
-    resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None,
+    kafka_secret_version: str | None = None,
 ) -> ReceiverPlan:
     """The desired children, rendered once (pure: no I/O)."""
-    params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token)
+    params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token,
+                            kafka_secret_version=kafka_secret_version)
     try:
         children = tuple(render_children(params))
     except ValueError as error:  # a setting the receiver's own config model refuses
@@ -526,7 +546,8 @@ def reconcile_receiver(
 
     try:
         spec, bootstrap = parse_spec(resource, default_bootstrap)
-        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token))
+        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token),
+                             resolve_kafka_secret_version(resource, spec, children))
         applied = apply_children(plan, children)
         events += prune_children(resource, plan, children)
         _aggregation_condition(plan, applied, conditions)

@@ -50,6 +50,7 @@ __all__ = [
     "export_header_env",
     "kafka_client_dir",
     "kafka_secret_name",
+    "kafka_secret_parts",
     "producer_secret_env",
     "receiver_config",
     "receiver_config_yaml",
@@ -84,6 +85,10 @@ class ReceiverParams:
     """The output topic's cluster (spec.kafka or the operator's default)."""
     generated_token: str | None = None
     """The token of the generated Secret (auth enabled, no tokenSecretRef); None otherwise."""
+    kafka_secret_version: str | None = None
+    """resourceVersion of spec.kafka.secretRef's Secret as the controller last read it (None: no Secret, or not
+    read). The pods read that Secret when they start, so it is part of their config hash: a changed Secret
+    restarts them."""
     version: str = __version__
 
     @property
@@ -204,6 +209,13 @@ def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
 
 def aggregation_config_yaml(config: AggregationConfig) -> str:
     return str(yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False))
+
+
+def kafka_secret_parts(params: ReceiverParams) -> tuple[str, ...]:
+    """What a pod's config hash adds for spec.kafka.secretRef: its version, when known (nothing otherwise, so
+    the hashes of receivers without a Secret are what they were)."""
+    version = params.kafka_secret_version
+    return () if version is None or kafka_secret_name(params.spec) is None else (f"kafka-secret:{version}",)
 
 
 def config_hash(*parts: str) -> str:

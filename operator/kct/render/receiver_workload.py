@@ -22,6 +22,7 @@ from kct.render.params import (
     ReceiverParams,
     config_hash,
     kafka_secret_name,
+    kafka_secret_parts,
     producer_secret_env,
     receiver_config_yaml,
 )
@@ -75,10 +76,12 @@ def render_token_secret(params: ReceiverParams) -> dict[str, Any] | None:
 
 
 def pod_config_hash(params: ReceiverParams) -> str:
-    """Changes whenever the pods must restart to see a change: the config file or the token's source (the
-    token itself is not in it: a changed token reaches running pods through the mounted file)."""
+    """Changes whenever the pods must restart to see a change: the config file, the token's source (the
+    token itself is not in it: a changed token reaches running pods through the mounted file), and the version
+    of the Kafka Secret (read once at start)."""
     ref = params.token_ref
-    return config_hash(receiver_config_yaml(params), f"{ref.name}/{ref.key}" if ref else "")
+    return config_hash(receiver_config_yaml(params), f"{ref.name}/{ref.key}" if ref else "",
+                       *kafka_secret_parts(params))
 
 
 def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from kct.render.params import (
     config_hash,
     export_header_env,
     kafka_secret_name,
+    kafka_secret_parts,
 )
 
 __all__ = [
@@ -135,8 +136,10 @@ def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str
         volumes.append({"name": "kafka-client", "secret": {"secretName": kafka_secret}})
     labels = child_labels(params.name, COMPONENT_AGGREGATION, params.version)
     # The spark-operator does not restart a running application when its ConfigMap changes:
-    # an annotation with the config's hash on the driver makes the change visible in the spec.
-    annotations = {"telemetry.kct.dev/config-hash": config_hash(aggregation_config_yaml(config))}
+    # an annotation with the config's hash on the driver makes the change visible in the spec (and the Kafka
+    # Secret's version: the driver reads it at start).
+    annotations = {"telemetry.kct.dev/config-hash": config_hash(aggregation_config_yaml(config),
+                                                                *kafka_secret_parts(params))}
     driver: dict[str, Any] = {
         "cores": aggregation.driver.cores,
         "memory": aggregation.driver.memory,
