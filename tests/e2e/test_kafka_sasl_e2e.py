@@ -136,10 +136,15 @@ def test_a_subscription_is_reconciled_through_sasl_ssl(
         eventually(lambda: configs().get("interval.ms") == "60000", timeout=60,
                    what=f"CLIENT_METRICS {name} described over SASL_SSL")
         assert configs()["metrics"] == PREFIX + "producer."
+        eventually(lambda: kubectl.condition("clientmetricssubscription", name, namespace).get("status") == "True",
+                   timeout=60, what="the subscription Ready")
+        # Deleted through SASL_SSL too (and no subscription is left to make other tests' clients push).
+        kubectl.run("delete", "clientmetricssubscription", name, "-n", namespace, "--wait=true", "--timeout=60s")
+        eventually(lambda: not configs().get("metrics"), timeout=60, what=f"CLIENT_METRICS {name} removed")
     finally:
+        kubectl.run("delete", "clientmetricssubscription", name, "-n", namespace, "--ignore-not-found",
+                    "--wait=true", "--timeout=60s", check=False)
         admin.close()
-    eventually(lambda: kubectl.condition("clientmetricssubscription", name, namespace).get("status") == "True",
-               timeout=60, what="the subscription Ready")
 
 
 def _lay_out_secret(secret: dict[str, Any], directory: Path) -> None:
@@ -212,9 +217,19 @@ def test_a_receivers_topic_pushes_and_aggregates_go_through_sasl_ssl(
     kubectl.apply({"apiVersion": API, "kind": "TelemetryReceiver", "metadata": metadata,
                    "spec": {"replicas": 1, "kafka": {"bootstrapServers": secured.sasl_bootstrap,
                                                      "secretRef": {"name": secret}},
-                            "topic": {"name": topic, "partitions": 2},
+                            "topic": {"name": topic, "partitions": 2, "deleteOnRemoval": True},
                             "networkPolicy": {"enabled": False},
                             "aggregation": {"enabled": True, "mode": "scheduled", "schedule": "0 0 1 1 *"}}})
+    try:
+        _receiver_topic_pushes_and_aggregates(kubectl, stack, secured, namespace, tmp_path, secret, topic)
+    finally:
+        # The finalizer deletes the topic through SASL_SSL while the operator still runs.
+        kubectl.run("delete", "telemetryreceiver", "secured", "-n", namespace, "--ignore-not-found", "--wait=true",
+                    "--timeout=60s", check=False)
+
+
+def _receiver_topic_pushes_and_aggregates(kubectl: Kubectl, stack: Any, secured: SecuredKafka, namespace: str,
+                                          tmp_path: Path, secret: str, topic: str) -> None:
     admin = secured.admin()
     try:
         eventually(lambda: topic in admin.list_topics(), timeout=60, what=f"topic {topic} listed over SASL_SSL")
