@@ -478,8 +478,9 @@ def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = Non
     The jars must be installed. Returns the broker's log, `<state>/logs/<name>.log`.
     `node_id`, `voters`, `cluster_id` (shared by every node) and `replication`: a node of a cluster
     (kafka_cluster.py); by default a cluster of its own."""
-    if _proc.port_open(HOST, port):
-        raise _proc.InstallError("kafka", version, f"port {HOST}:{port} is taken by a process this stack "
+    ports = [port] if secure is None else [port, secure.sasl_ssl_port, secure.ssl_port]
+    for taken in (p for p in ports if _proc.port_open(HOST, p)):
+        raise _proc.InstallError("kafka", version, f"port {HOST}:{taken} is taken by a process this stack "
                                  "did not start (stop it, or `make stack-down`)")
     kdir = state / name
     data = kdir / "data"
