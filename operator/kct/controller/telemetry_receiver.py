@@ -78,8 +78,8 @@ __all__ = [
     "plan_receiver",
     "prune_children",
     "reconcile_receiver",
-    "resolve_tls",
     "resolve_kafka_secret_version",
+    "resolve_tls",
     "resolve_token",
     "sync_topic",
     "topic_configs",
@@ -241,7 +241,7 @@ def resolve_kafka_secret_version(
 
 def plan_receiver(
     resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None,
-    tls: TlsMaterial | None = None, kafka_secret_version: str | None = None,
+    tls: TlsMaterial | None = None, *, kafka_secret_version: str | None = None,
 ) -> ReceiverPlan:
     """The desired children, rendered once (pure: no I/O)."""
     params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token,
@@ -600,7 +600,7 @@ def reconcile_receiver(
         tls = resolve_tls(resource, spec, children, now or dt.datetime.now(dt.UTC))
         events += [Event("Normal", "CertificateIssued", message) for message in (tls.events if tls else ())]
         plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token), tls,
-                             resolve_kafka_secret_version(resource, spec, children))
+                             kafka_secret_version=resolve_kafka_secret_version(resource, spec, children))
         applied = apply_children(plan, children)
         events += prune_children(resource, plan, children)
         _aggregation_condition(plan, applied, conditions)

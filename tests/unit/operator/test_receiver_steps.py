@@ -223,7 +223,7 @@ def test_a_changed_kafka_secret_rolls_the_pods_that_read_it_at_start() -> None:
                                                                           "resourceVersion": version}}
         resolved = resolve_kafka_secret_version(res, parsed, children)
         assert resolved == version
-        plan = plan_receiver(res, parsed, bootstrap, "t0k3n", resolved)
+        plan = plan_receiver(res, parsed, bootstrap, "t0k3n", kafka_secret_version=resolved)
         pod = plan.manifest("Deployment")["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
         driver = plan.manifest("SparkApplication")["spec"]["driver"]["annotations"][CONFIG_HASH_ANNOTATION]
         hashes.append((pod, driver))
@@ -231,5 +231,5 @@ def test_a_changed_kafka_secret_rolls_the_pods_that_read_it_at_start() -> None:
     plain = resource({"topic": {"name": "raw"}})
     plain_spec, plain_bootstrap = parse_spec(plain, "default:9092")
     assert resolve_kafka_secret_version(plain, plain_spec, children) is None
-    assert plan_receiver(plain, plain_spec, plain_bootstrap, "t0k3n", "100").config_hash == \
+    assert plan_receiver(plain, plain_spec, plain_bootstrap, "t0k3n", kafka_secret_version="100").config_hash == \
         plan_for({"topic": {"name": "raw"}}).config_hash  # a version without a Secret named changes nothing
