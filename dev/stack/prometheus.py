@@ -7,7 +7,8 @@ published as Go module versions `v0.3MM.P` for release `3.MM.P`; its go.mod has 
 not embedded (the `builtinassets` build tag is left off): the tests use the HTTP API only.
 
 `started()` runs a throwaway server: its own temporary TSDB, a free loopback port, the OTLP receiver on
-(`--web.enable-otlp-receiver`, accepting OTLP/HTTP on `/api/v1/otlp/v1/metrics`), stopped and removed on exit.
+(`--web.enable-otlp-receiver`, accepting OTLP/HTTP on `/api/v1/otlp/v1/metrics`), stopped and removed on exit;
+`scrape` adds static scrape jobs (job name -> host:port targets, /metrics every `scrape_interval`).
 Delta sums are stored as they come (`--enable-feature=otlp-native-delta-ingestion`): KIP-714 clients send
 delta sums when the broker asks, and the export forwards a window's delta as one sample at the window's end
 (kct.aggregation.otlp_metrics), which a replay sends again unchanged; Prometheus otherwise refuses deltas, and
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,15 +147,30 @@ def _ready(url: str) -> bool:
         return bool(resp.status == 200)
 
 
+def config_text(scrape: Mapping[str, Sequence[str]] | None = None, scrape_interval: str = "1s") -> str:
+    """prometheus.yml: the out-of-order window (a TSDB setting of the config) and one static job per `scrape`
+    entry (job -> host:port targets). JSON is YAML, so no YAML library is needed."""
+    config: dict[str, Any] = {"global": {}, "storage": {"tsdb": {"out_of_order_time_window": OUT_OF_ORDER_WINDOW}}}
+    if scrape:
+        config["scrape_configs"] = [
+            {"job_name": job, "scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
+             "static_configs": [{"targets": list(targets)}]}
+            for job, targets in scrape.items()
+        ]
+    return json.dumps(config, indent=2) + "\n"
+
+
 @contextlib.contextmanager
-def started(*, timeout: float = 60.0) -> Iterator[PrometheusServer]:
-    """A Prometheus on a free loopback port with the OTLP receiver on and a temporary TSDB; stopped after."""
+def started(
+    *, timeout: float = 60.0, scrape: Mapping[str, Sequence[str]] | None = None, scrape_interval: str = "1s"
+) -> Iterator[PrometheusServer]:
+    """A Prometheus on a free loopback port with the OTLP receiver on and a temporary TSDB, scraping `scrape`'s
+    targets; stopped after."""
     prometheus = install()
     with tempfile.TemporaryDirectory(prefix="kct-prometheus-") as tmp:
         root = Path(tmp)
         config = root / "prometheus.yml"
-        # No scrape job: the tests push over OTLP. The out-of-order window is a TSDB setting of the config.
-        config.write_text(f"global: {{}}\nstorage:\n  tsdb:\n    out_of_order_time_window: {OUT_OF_ORDER_WINDOW}\n")
+        config.write_text(config_text(scrape, scrape_interval))
         port = _free_port()
         log = root / "prometheus.log"
         argv = [

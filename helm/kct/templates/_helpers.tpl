@@ -108,7 +108,8 @@ objects it renders, by name, each with an ownerReference to its TelemetryReceive
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # why: pod attribution: Kubernetes lets the operator grant a receiver's Role only rights it holds itself
-# (RBAC escalation prevention); the operator never reads pods, replicasets or jobs.
+# (RBAC escalation prevention). The operator itself only gets the aggregation's ended driver pods, whose
+# termination message is the OTLP export's report (status.aggregation.export); it never reads replicasets or jobs.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
