@@ -8,7 +8,8 @@ not embedded (the `builtinassets` build tag is left off): the tests use the HTTP
 
 `started()` runs a throwaway server: its own temporary TSDB, a free loopback port, the OTLP receiver on
 (`--web.enable-otlp-receiver`, accepting OTLP/HTTP on `/api/v1/otlp/v1/metrics`), stopped and removed on exit;
-`scrape` adds static scrape jobs (job name -> host:port targets, /metrics every `scrape_interval`).
+`scrape` adds static scrape jobs (job name -> host:port targets, /metrics every `scrape_interval`), with
+`target_labels` (job name -> labels) on their targets, e.g. the `namespace` Kubernetes discovery would add.
 Delta sums are stored as they come (`--enable-feature=otlp-native-delta-ingestion`): KIP-714 clients send
 delta sums when the broker asks, and the export forwards a window's delta as one sample at the window's end
 (kct.aggregation.otlp_metrics), which a replay sends again unchanged; Prometheus otherwise refuses deltas, and
@@ -147,14 +148,15 @@ def _ready(url: str) -> bool:
         return bool(resp.status == 200)
 
 
-def config_text(scrape: Mapping[str, Sequence[str]] | None = None, scrape_interval: str = "1s") -> str:
+def config_text(scrape: Mapping[str, Sequence[str]] | None = None, scrape_interval: str = "1s",
+                target_labels: Mapping[str, Mapping[str, str]] | None = None) -> str:
     """prometheus.yml: the out-of-order window (a TSDB setting of the config) and one static job per `scrape`
-    entry (job -> host:port targets). JSON is YAML, so no YAML library is needed."""
+    entry (job -> host:port targets, labelled with `target_labels[job]`). JSON is YAML, so no YAML library."""
     config: dict[str, Any] = {"global": {}, "storage": {"tsdb": {"out_of_order_time_window": OUT_OF_ORDER_WINDOW}}}
     if scrape:
         config["scrape_configs"] = [
             {"job_name": job, "scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
-             "static_configs": [{"targets": list(targets)}]}
+             "static_configs": [{"targets": list(targets), "labels": dict((target_labels or {}).get(job, {}))}]}
             for job, targets in scrape.items()
         ]
     return json.dumps(config, indent=2) + "\n"
@@ -162,7 +164,8 @@ def config_text(scrape: Mapping[str, Sequence[str]] | None = None, scrape_interv
 
 @contextlib.contextmanager
 def started(
-    *, timeout: float = 60.0, scrape: Mapping[str, Sequence[str]] | None = None, scrape_interval: str = "1s"
+    *, timeout: float = 60.0, scrape: Mapping[str, Sequence[str]] | None = None, scrape_interval: str = "1s",
+    target_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[PrometheusServer]:
     """A Prometheus on a free loopback port with the OTLP receiver on and a temporary TSDB, scraping `scrape`'s
     targets; stopped after."""
@@ -170,7 +173,7 @@ def started(
     with tempfile.TemporaryDirectory(prefix="kct-prometheus-") as tmp:
         root = Path(tmp)
         config = root / "prometheus.yml"
-        config.write_text(config_text(scrape, scrape_interval))
+        config.write_text(config_text(scrape, scrape_interval, target_labels))
         port = _free_port()
         log = root / "prometheus.log"
         argv = [
