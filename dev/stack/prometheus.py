@@ -17,6 +17,11 @@ its delta-to-cumulative conversion would add a replayed window twice.
 The aggregation job's exporter sends samples stamped with each window's end, which can be older than the
 server's clock; the out-of-order window lets such samples in after newer ones.
 
+`node_up()` runs the node stack's server (stack.py node-up, inside the node's namespaces, like its Kafka): OTLP
+receiver on 0.0.0.0:9090 there (pods post the aggregation's export to `http://<node IP>:9090`), scraping the
+receiver and operator pods it discovers through the node stack's kubeconfig; the host reaches it through the
+stack's forwarder.
+
     python3 dev/stack/prometheus.py install | path [prometheus|promtool] | run   (run: until Ctrl-C)
 """
 
@@ -43,11 +48,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _proc
 
 __all__ = [
+    "NODE_PORT",
     "PROMETHEUS_MODULE_VERSION",
     "PROMETHEUS_VERSION",
     "PrometheusServer",
     "binary",
     "install",
+    "node_config_text",
+    "node_down",
+    "node_status",
+    "node_up",
     "started",
 ]
 
@@ -198,6 +208,97 @@ def started(
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+# ------------------------------------------------------------------------ the node stack's Prometheus
+
+NODE_NAME = "prometheus"
+NODE_PORT = 9090  # inside the node stack's network namespace, on every address: pods dial <node IP>:9090
+
+# Scrape jobs of the node stack: the pods Kubernetes discovery finds, kept by their labels and port name (as the
+# chart's ServiceMonitor and PodMonitor select them), with the `namespace` and `pod` labels the rules and the
+# dashboards group by.
+_POD_LABELS = [
+    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+]
+
+
+def _pod_job(job: str, kubeconfig: Path, keep: Mapping[str, str], port_name: str, interval: str) -> dict[str, Any]:
+    relabel: list[dict[str, Any]] = [
+        {"source_labels": [f"__meta_kubernetes_pod_label_{_label_name(key)}"], "regex": value, "action": "keep"}
+        for key, value in keep.items()
+    ]
+    relabel += [
+        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": port_name, "action": "keep"},
+        {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Running", "action": "keep"},
+        *_POD_LABELS,
+    ]
+    return {"job_name": job, "scrape_interval": interval, "metrics_path": "/metrics",
+            "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig)}],
+            "relabel_configs": relabel}
+
+
+def _label_name(key: str) -> str:
+    """A Kubernetes label key as Prometheus's discovery names it (app.kubernetes.io/name: app_kubernetes_io_name)."""
+    return "".join(c if c.isalnum() else "_" for c in key)
+
+
+def node_config_text(kubeconfig: Path, scrape_interval: str = "5s") -> str:
+    """The node stack's prometheus.yml: the receivers (job kct-receiver, port http-otlp) and the operator (job
+    kct-operator, port metrics) found by Kubernetes discovery through `kubeconfig`, and the out-of-order window
+    the export needs. JSON is YAML."""
+    config = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "storage": {"tsdb": {"out_of_order_time_window": OUT_OF_ORDER_WINDOW}},
+        "scrape_configs": [
+            _pod_job("kct-receiver", kubeconfig, {"app.kubernetes.io/name": "kct-receiver",
+                                                  "app.kubernetes.io/managed-by": "kct-operator"},
+                     "http-otlp", scrape_interval),
+            _pod_job("kct-operator", kubeconfig, {"app.kubernetes.io/name": "kct",
+                                                  "app.kubernetes.io/component": "operator"},
+                     "metrics", scrape_interval),
+        ],
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
+def node_up(state: Path, kubeconfig: Path, *, port: int = NODE_PORT) -> dict[str, str]:
+    """Start the node stack's Prometheus (idempotent) on 0.0.0.0:`port` of the caller's network namespace (the
+    node's: stack.py calls it inside), OTLP receiver on, its TSDB under `state`; wait until ready."""
+    prometheus = install()
+    root = state / NODE_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "prometheus.yml"
+    wanted = node_config_text(kubeconfig)
+    url = f"http://{HOST}:{port}"
+    log = state / "logs" / f"{NODE_NAME}.log"
+    if _proc.is_running(state, NODE_NAME) and config.exists() and config.read_text() == wanted:
+        _proc.wait_until(lambda: _ready(url), timeout=60, what="prometheus", log=log,
+                         alive=lambda: _proc.is_running(state, NODE_NAME))
+        return {"KCT_NODE_PROMETHEUS_PORT_IN_NODE": str(port)}
+    _proc.stop_daemon(state, NODE_NAME)
+    config.write_text(wanted)
+    with _proc.step(f"start Prometheus {PROMETHEUS_VERSION} on 0.0.0.0:{port} (OTLP receiver on)"):
+        _proc.start_daemon(state, NODE_NAME, [
+            str(prometheus), f"--config.file={config}", f"--storage.tsdb.path={root / 'data'}",
+            f"--web.listen-address=0.0.0.0:{port}", "--web.enable-otlp-receiver",
+            "--enable-feature=otlp-native-delta-ingestion", "--log.level=warn",
+        ])
+        _proc.wait_until(lambda: _ready(url), timeout=60, what="prometheus", log=log,
+                         alive=lambda: _proc.is_running(state, NODE_NAME))
+    return {"KCT_NODE_PROMETHEUS_PORT_IN_NODE": str(port)}
+
+
+def node_down(state: Path) -> None:
+    _proc.stop_daemon(state, NODE_NAME)
+
+
+def node_status(state: Path, port: int = NODE_PORT) -> list[str]:
+    if not _proc.is_running(state, NODE_NAME):
+        return [f"prometheus {PROMETHEUS_VERSION}: stopped"]
+    return [f"prometheus {PROMETHEUS_VERSION}: running (pid {_proc.read_pid(state, NODE_NAME)}) on "
+            f"0.0.0.0:{port}, OTLP on /api/v1/otlp/v1/metrics"]
 
 
 def main(argv: list[str] | None = None) -> int:
