@@ -62,6 +62,9 @@ NO_DATA_HERE: dict[tuple[str, str, str], str] = {
     ("kct-pipeline", "Connections closed", "A"):
         "closes are counted for timeouts and the connection cap, which well-behaved pushes never reach",
     ("kct-pipeline", "Kafka errors", "A"): "selects error_type!=\"\": a healthy broker acknowledges every record",
+    **{("kct-pipeline", title, "A"): "the operator runs only against a Kubernetes API server (its /metrics: "
+       "tests/unit/operator/test_operator_metrics.py, and the node stack's tests/e2e/test_node_prometheus_e2e.py)"
+       for title in ("Reconciles", "Kafka admin errors", "Export windows failed, last run")},
 }
 
 
