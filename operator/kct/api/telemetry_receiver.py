@@ -493,7 +493,8 @@ class TelemetryReceiverStatus(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     """`Ready` (True when the Deployment is available and the topic exists), `TopicReady`,
-    `PartitionsShrinkRefused`, `ReplicationFactorDiffers`, `ReconciliationPaused`."""
+    `PartitionsShrinkRefused`, `ReplicationFactorDiffers`, `AggregationReady`, `AggregationExported`,
+    `ReconciliationPaused`."""
     replicas: int | None = None
     """Receiver pods the Deployment has."""
     ready_replicas: int | None = None
