@@ -51,6 +51,7 @@ demo started (then it is left as found, and so are the demo's resources and the 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import datetime as dt
 import json
@@ -374,6 +375,7 @@ class Demo:
                 return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
             self.wait_for(ready, timeout=300, what=f"TelemetryReceiver {RECEIVER} Ready=True")
+            self._publish_receiver_ca()
             self.receiver_pods = self.wait_for(self._running_receiver_pods, timeout=60,
                                                what="running, ready receiver pods")
             config = self._rendered("receiver.yaml")
@@ -382,6 +384,25 @@ class Demo:
                 log("    " + line)
             log(f"    Ready=True; receiver pods {', '.join(self.receiver_pods)} write to topic {self.topic}; the "
                 f"broker plugin posts to {self.env.get('KCT_TELEMETRY_ENDPOINT')}")
+
+    def _receiver_ca_file(self) -> Path:
+        """The CA bundle the node stack's broker plugin trusts (`kct.telemetry.tls.ca.file`, dev/stack/stack.py)."""
+        return Path(self.env.get("KCT_RECEIVER_CA_FILE") or Path(self.env["KUBECONFIG"]).parent / "receiver-ca.pem")
+
+    def _publish_receiver_ca(self) -> None:
+        """Write the receiver's published CA bundle (status.tls.caBundleSecret) where the plugin reads it; the plugin
+        re-reads the file when it changes. Written whole (a rename): it never reads half of it."""
+        where = (self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {}).get("tls") or {}).get("caBundleSecret")
+        if not where:
+            log("    the receiver publishes no CA bundle (TLS disabled?): the plugin's trust file is left alone")
+            return
+        name, _, key = where.partition("/")
+        bundle = base64.b64decode(self.kget(f"secret/{name}")["data"][key]).decode()
+        target = self._receiver_ca_file()
+        staged = target.with_name(f".{target.name}.new")
+        staged.write_text(bundle)
+        os.replace(staged, target)
+        log(f"    the receiver's CA bundle ({where}) written to {target} for the broker plugin")
 
     def clients(self) -> None:
         duration = float(self.args.duration)
@@ -437,11 +458,16 @@ class Demo:
         """The receiver pods' kct_receiver_pushes_total, summed; read in the node's network namespace, where pod
         addresses answer (the host's network has no route to them)."""
         ips = [p["status"].get("podIP", "") for p in self.kget("pods", "-l", RECEIVER_PODS)["items"]]
-        script = ("import sys, urllib.request\n"
-                  "for ip in sys.argv[1:]:\n"
-                  "    print(urllib.request.urlopen(f'http://{ip}:4318/metrics', timeout=3).read().decode())\n")
+        # https with the receiver's CA; a pod address is not among the certificate's (Service) names
+        script = ("import ssl, sys, urllib.request\n"
+                  "ctx = ssl.create_default_context(cafile=sys.argv[1])\n"
+                  "ctx.check_hostname = False\n"
+                  "for ip in sys.argv[2:]:\n"
+                  "    print(urllib.request.urlopen(f'https://{ip}:4318/metrics', timeout=3, context=ctx).read()"
+                  ".decode())\n")
         try:
-            proc = subprocess.run([self.env["KCT_NODE_EXEC"], sys.executable, "-c", script, *filter(None, ips)],
+            proc = subprocess.run([self.env["KCT_NODE_EXEC"], sys.executable, "-c", script,
+                                   str(self._receiver_ca_file()), *filter(None, ips)],
                                   capture_output=True, text=True, timeout=15, check=True)
         except (OSError, subprocess.SubprocessError):
             return "?"

@@ -30,6 +30,7 @@ import struct
 import subprocess
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import _proc
@@ -39,6 +40,7 @@ __all__ = [
     "BOOTSTRAP",
     "KAFKA_VERSION",
     "PLUGIN_CLASS",
+    "PluginTls",
     "answers",
     "api_versions",
     "down",
@@ -260,13 +262,36 @@ def answers(host: str, port: int) -> bool:
 
 # --- life cycle ---
 
+@dataclass(frozen=True)
+class PluginTls:
+    """The plugin's TLS files toward its receiver, each optional: a PEM CA bundle to trust and, for mTLS, a PEM
+    client certificate and its key. They become `kct.telemetry.tls.*` properties; the plugin reads them again
+    when they change and tolerates a CA file that does not exist yet (plugin/README.md, TLS and mTLS)."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        # the plugin refuses one without the other at broker start: say so before a broker is started
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError(f"PluginTls: cert_file ({self.cert_file}) and key_file ({self.key_file}) go together")
+
+    def properties(self) -> list[str]:
+        """server.properties lines, in a fixed order (the file's text decides whether a broker restarts)."""
+        named = (("kct.telemetry.tls.ca.file", self.ca_file), ("kct.telemetry.tls.cert.file", self.cert_file),
+                 ("kct.telemetry.tls.key.file", self.key_file))
+        return [f"{key}={path}" for key, path in named if path is not None]
+
+
 def _server_properties(data: Path, telemetry_endpoint: str, port: int, controller_port: int,
                        plugin: bool, token_file: Path | None, pod_listener: str | None = None, *,
                        version: str = KAFKA_VERSION, plugin_class: str | None = None, node_id: int = 1,
-                       voters: str | None = None, replication: int = 1) -> str:
+                       voters: str | None = None, replication: int = 1, plugin_tls: PluginTls | None = None) -> str:
     """One combined broker+controller node. Alone by default; `voters` (`id@host:port,...`, see
     kafka_cluster.quorum_voters) makes it node `node_id` of a static quorum, and `replication` the
-    replication factor of Kafka's internal topics (min.insync.replicas one less, at least 1)."""
+    replication factor of Kafka's internal topics (min.insync.replicas one less, at least 1).
+    `plugin_tls`: the plugin's CA and client certificate files toward an https receiver."""
     # A node stack's pods reach the broker on the node's address: a listener of its own, advertised as such,
     # so clients that bootstrap there are sent back there (and loopback clients to loopback).
     pods = f",PODS://{pod_listener}" if pod_listener else ""
@@ -310,6 +335,8 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
         ]
         if token_file is not None:
             lines.append(f"kct.telemetry.token.file={token_file}")
+        if plugin_tls is not None:
+            lines += plugin_tls.properties()
     return "\n".join(lines) + "\n"
 
 
@@ -345,21 +372,23 @@ def new_cluster_id() -> str:
 def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
        name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
        pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
-       jvm: Sequence[str] = HEAP) -> dict[str, str]:
+       jvm: Sequence[str] = HEAP, plugin_tls: PluginTls | None = None) -> dict[str, str]:
     """Start the broker (idempotent: a running broker with the same configuration is left alone).
 
     A running broker whose configuration differs (e.g. another KCT_TELEMETRY_ENDPOINT) is restarted.
     `token_file`: a file whose content the plugin sends as `Authorization: Bearer ...`.
+    `plugin_tls`: the plugin's CA bundle (an https endpoint) and, for mTLS, its client certificate (PluginTls).
     `plugin`, `name` and the ports exist for benchmarks that need a second broker without the plugin.
     `pod_listener`: `host:port` of one more listener, for the pods of a node stack (stack.py node-up).
     `version`: any Kafka release (kafka_versions.MATRIX); `plugin_class`: by default the release's own.
-    `jvm`: heap and other JVM options.
+    `jvm`: heap and other JVM options. `plugin_tls`: the plugin's TLS files (an https endpoint, mTLS).
     """
     if not _libs_ready(version) or (plugin and not _plugin_fresh()):
         install(version)
     config = state / name / "server.properties"
     wanted = _server_properties(state / name / "data", telemetry_endpoint, port, controller_port, plugin,
-                                token_file, pod_listener, version=version, plugin_class=plugin_class)
+                                token_file, pod_listener, version=version, plugin_class=plugin_class,
+                                plugin_tls=plugin_tls)
     log = state / "logs" / f"{name}.log"
     if _proc.is_running(state, name):
         if config.exists() and config.read_text() == wanted:
@@ -372,7 +401,7 @@ def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, 
     with _proc.step(f"start Kafka {version} ({name}) on {HOST}:{port}"):
         start(state, telemetry_endpoint, token_file=token_file, plugin=plugin, name=name, port=port,
               controller_port=controller_port, pod_listener=pod_listener, version=version,
-              plugin_class=plugin_class, jvm=jvm)
+              plugin_class=plugin_class, jvm=jvm, plugin_tls=plugin_tls)
         _proc.wait_until(lambda: answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
                          log=log, alive=lambda: _proc.is_running(state, name))
     return {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}"}
@@ -382,7 +411,7 @@ def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = Non
           name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
           pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
           jvm: Sequence[str] = HEAP, node_id: int = 1, voters: str | None = None, cluster_id: str | None = None,
-          replication: int = 1) -> Path:
+          replication: int = 1, plugin_tls: PluginTls | None = None) -> Path:
     """Write the configuration, format the storage when new and start the broker, without waiting for it
     (`up` waits; a test of a broker that must refuse to start watches the process and its log itself).
     The jars must be installed. Returns the broker's log, `<state>/logs/<name>.log`.
@@ -397,7 +426,8 @@ def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = Non
     kdir.mkdir(parents=True, exist_ok=True)
     config.write_text(_server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file,
                                          pod_listener, version=version, plugin_class=plugin_class,
-                                         node_id=node_id, voters=voters, replication=replication))
+                                         node_id=node_id, voters=voters, replication=replication,
+                                         plugin_tls=plugin_tls))
     java = _java(kdir, plugin, version, jvm)
     if not (data / "meta.properties").exists():
         with _proc.step(f"format KRaft storage ({data})"):

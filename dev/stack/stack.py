@@ -164,9 +164,18 @@ def _node_prometheus_port() -> int:
 def _node_telemetry_endpoint() -> str:
     """Where the node stack's broker plugin posts: by convention the Service of a TelemetryReceiver named
     `telemetry` in namespace `kct-telemetry` (the node's processes resolve cluster names through CoreDNS), with
-    the token of `KCT_RECEIVER_TOKEN_FILE`; `KCT_NODE_TELEMETRY_ENDPOINT` to change it."""
+    the token of `KCT_RECEIVER_TOKEN_FILE`, over TLS (receivers serve it by default) trusting
+    `_node_receiver_ca_file`; `KCT_NODE_TELEMETRY_ENDPOINT` to change it."""
     return os.environ.get("KCT_NODE_TELEMETRY_ENDPOINT",
-                          "http://telemetry-receiver.kct-telemetry.svc.cluster.local:4318/v1/metrics")
+                          "https://telemetry-receiver.kct-telemetry.svc.cluster.local:4318/v1/metrics")
+
+
+def _node_receiver_ca_file() -> Path:
+    """The CA bundle the node stack's broker plugin trusts (`kct.telemetry.tls.ca.file`). Absent until a test or
+    the demo writes the receiver's published bundle into it (status.tls.caBundleSecret of `telemetry` in
+    `kct-telemetry`, once Ready: tests/e2e/node_support.py, dev/demo/demo.py); the plugin re-reads it when it
+    changes and tolerates its absence at start."""
+    return (NODE_STATE / "receiver-ca.pem").resolve()
 
 
 def _start_forwarder(holder: int, restart: bool) -> None:
@@ -233,6 +242,7 @@ def node_up() -> int:
         kube.up(NODE_STATE, advertise=node.NODE_IP)
         env.update(node.up(NODE_STATE))
         kafka_broker.up(NODE_STATE, _node_telemetry_endpoint(), token_file=_telemetry_token_file(NODE_STATE),
+                        plugin_tls=kafka_broker.PluginTls(ca_file=_node_receiver_ca_file()),
                         port=_node_kafka_port(), controller_port=_node_kafka_port() + 1,
                         pod_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}")
         prometheus.node_up(NODE_STATE, (NODE_STATE / "kubeconfig").resolve())
@@ -249,6 +259,7 @@ def node_up() -> int:
            "KCT_NODE_KAFKA_POD_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}",
            "KCT_RECEIVER_TOKEN_FILE": str(_telemetry_token_file(NODE_STATE).resolve()),
            "KCT_TELEMETRY_ENDPOINT": _node_telemetry_endpoint(),
+           "KCT_RECEIVER_CA_FILE": str(_node_receiver_ca_file()),
            "KCT_NODE_PROMETHEUS_URL": f"http://127.0.0.1:{_node_prometheus_port()}",
            "KCT_NODE_PROMETHEUS_POD_URL": f"http://{node.NODE_IP}:{prometheus.NODE_PORT}",
            **env, "KCT_NODE_NETNS_PID": str(holder), "KCT_NODE_EXEC": str(_node_exec_script(holder))}

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from aggregation_support import read_table
 from helpers import eventually
-from node_support import NodeStack, in_node
+from node_support import RECEIVER_TLS, NodeStack, in_node
 from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
@@ -46,11 +46,11 @@ INTERVAL_S = 5  # examples/demo/subscription.yaml: intervalMs 5000
 SETTLE_S = 2 * INTERVAL_S + 2
 
 # Runs in the node's network namespace (pod addresses answer there): the pods' kct_receiver_pushes_total, summed.
-_PUSHES = """
+_PUSHES = RECEIVER_TLS + """
 import sys, urllib.request
 total = 0.0
 for ip in sys.argv[1:]:
-    for line in urllib.request.urlopen(f"http://{ip}:4318/metrics", timeout=5).read().decode().splitlines():
+    for line in urllib.request.urlopen(f"https://{ip}:4318/metrics", timeout=5).read().decode().splitlines():
         if line.startswith("kct_receiver_pushes_total"):
             total += float(line.rsplit(" ", 1)[1])
 print(total)

@@ -164,7 +164,7 @@ def test_example_creates_every_child_and_the_topic(
     shrink = kubectl.condition("telemetryreceiver", name, namespace, "PartitionsShrinkRefused")
     assert partitions == 6 or (partitions is not None and partitions > 6 and shrink["status"] == "True")
 
-    assert status["endpoint"] == f"http://{name}-receiver.{namespace}.svc:4318/v1/metrics"
+    assert status["endpoint"] == f"https://{name}-receiver.{namespace}.svc:4318/v1/metrics"
     assert status["observedGeneration"] == 1
     # Right after the Deployment is applied its controller has not observed it yet; once it has, the
     # condition reports the pods (none ever become available here: no kubelet).

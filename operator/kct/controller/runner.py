@@ -5,8 +5,10 @@ Settings come from flags with environment fallbacks so the Deployment and local 
 `KAFKA_BOOTSTRAP_SERVERS` (the default cluster), `KCT_KAFKA_PROPERTIES_FILE`, and for several replicas
 `KCT_LEADER_ELECTION` (true/false), `KCT_LEADER_ELECTION_NAME`, `POD_NAMESPACE`, `POD_NAME`, and
 `KCT_WATCH_SPARK_APPLICATIONS` (true/false: the aggregation's state reaches status as the spark-operator
-reports it; needs list/watch on sparkoperator.k8s.io applications), and `KCT_METRICS_ADDRESS` (host:port of
-the Prometheus /metrics endpoint, `kct.controller.metrics`; empty: none).
+reports it; needs list/watch on sparkoperator.k8s.io applications), `KCT_CLIENTS_INTERVAL_SECONDS` (default
+30: how often each subscription's matched clients are counted), `KCT_NO_CLIENTS_WARNING_SECONDS`
+(default 600: how long a subscription may match nothing before its Warning), and `KCT_METRICS_ADDRESS`
+(host:port of the Prometheus /metrics endpoint, `kct.controller.metrics`; empty: none).
 
 The metrics endpoint is served by every replica, the standbys too (their reconcile counts stay at zero), so
 a scrape of the Deployment's pods tells the leader from the standbys and a standby's scrape never fails.
@@ -112,13 +114,15 @@ def register_handlers(
     registry: kopf.OperatorRegistry, config: OperatorConfig, metrics: OperatorMetrics | None = None
 ) -> None:
     """Every handler `kct operator` runs, on one registry: the ClientMetricsSubscription controller (whose
-    startup and login handlers configure kopf for both) and the TelemetryReceiver controller, both recording
-    into `metrics`."""
+    startup and login handlers configure kopf for both), the TelemetryReceiver controller, and the timers
+    counting each subscription's matched clients; the first two record into `metrics`."""
+    from kct.controller.clients_handlers import register_clients_handlers
     from kct.controller.subscription_handlers import register_subscription_handlers
     from kct.controller.telemetry_receiver_handlers import register_receiver_handlers
 
     register_subscription_handlers(registry, config, metrics)
     register_receiver_handlers(registry, config, metrics)
+    register_clients_handlers(registry, config)
 
 
 def run_operator(
@@ -129,6 +133,8 @@ def run_operator(
     verbose: bool = False,
     election: LeaderElection | None = None,
     watch_spark_applications: bool = False,
+    clients_interval_seconds: float = 30.0,
+    no_clients_warning_seconds: float = 600.0,
     metrics_address: str | None = None,
 ) -> None:
     import kopf
@@ -142,7 +148,9 @@ def run_operator(
     logging.getLogger("kafka").setLevel(logging.WARNING if verbose else logging.CRITICAL)
     registry = kopf.OperatorRegistry()
     config = OperatorConfig(resync_seconds=resync_seconds, backoff_max_seconds=backoff_max_seconds,
-                            watch_spark_applications=watch_spark_applications)
+                            watch_spark_applications=watch_spark_applications,
+                            clients_interval_seconds=clients_interval_seconds,
+                            no_clients_warning_seconds=no_clients_warning_seconds)
     metrics = OperatorMetrics()
     if metrics_address:
         server = serve_metrics(metrics, metrics_address)
@@ -180,7 +188,9 @@ def _handle(args: argparse.Namespace) -> int:
             lease_duration_seconds=args.lease_duration_seconds,
         )
     run_operator(namespaces, args.resync_seconds, args.backoff_max_seconds, args.liveness, args.verbose, election,
-                 watch_spark_applications=args.watch_spark_applications, metrics_address=args.metrics_address)
+                 watch_spark_applications=args.watch_spark_applications,
+                 clients_interval_seconds=args.clients_interval_seconds,
+                 no_clients_warning_seconds=args.no_clients_warning_seconds, metrics_address=args.metrics_address)
     return 0
 
 
@@ -230,6 +240,17 @@ def register(subparsers: Any) -> None:
         default=_flag(os.environ.get("KCT_WATCH_SPARK_APPLICATIONS", "false")),
         help="watch the aggregation's SparkApplications so their state reaches status at once, not at the next "
              "resync; needs list/watch on them (default: $KCT_WATCH_SPARK_APPLICATIONS)",
+    )
+    parser.add_argument(
+        "--clients-interval-seconds", type=float, default=float(os.environ.get("KCT_CLIENTS_INTERVAL_SECONDS", "30")),
+        help="how often the receivers' client registries are read and each subscription's status.clients updated "
+             "(default: $KCT_CLIENTS_INTERVAL_SECONDS or 30)",
+    )
+    parser.add_argument(
+        "--no-clients-warning-seconds", type=float,
+        default=float(os.environ.get("KCT_NO_CLIENTS_WARNING_SECONDS", "600")),
+        help="how long a subscription may match no live client before ClientsMatched=False and a Warning event "
+             "(default: $KCT_NO_CLIENTS_WARNING_SECONDS or 600)",
     )
     parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument(

@@ -1,6 +1,7 @@
 """Reconciling one TelemetryReceiver, without kopf.
 
-`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_token`
+`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_tls` (the
+operator's CA and serving certificate, issued or renewed as `kct.render.certificates` decides) -> `resolve_token`
 -> `plan_receiver` (pure: the desired children, rendered once by `kct.render`) -> `apply_children`
 (server-side, forced) -> `prune_children` (ours, owned, no longer desired) -> `sync_topic` (through the
 Admin API; partitions only grow; replication chosen at creation against the broker count, min ISR kept)
@@ -58,6 +59,7 @@ from kct.kafka.topics import (
     plan_topic,
 )
 from kct.render import CHILD_KINDS, render_children
+from kct.render.certificates import TlsMaterial, ensure_certificates, service_dns_names
 from kct.render.names import CONFIG_HASH_ANNOTATION, ChildNames, owned_selector
 from kct.render.params import ReceiverParams
 
@@ -76,6 +78,7 @@ __all__ = [
     "plan_receiver",
     "prune_children",
     "reconcile_receiver",
+    "resolve_tls",
     "resolve_token",
     "sync_topic",
     "topic_configs",
@@ -187,11 +190,45 @@ def resolve_token(
         raise apply_stop(error) from None
 
 
+def _secret_strings(children: ChildrenClient, namespace: str, name: str) -> dict[str, str]:
+    """A Secret's data, decoded; keys that are not base64 UTF-8 are left out (and so re-issued)."""
+    found = children.get("v1", "Secret", namespace, name)
+    decoded: dict[str, str] = {}
+    for key, value in ((found or {}).get("data") or {}).items():
+        try:
+            decoded[key] = base64.b64decode(value).decode()
+        except (ValueError, TypeError):
+            continue
+    return decoded
+
+
+def resolve_tls(
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, children: ChildrenClient, now: dt.datetime
+) -> TlsMaterial | None:
+    """The operator's CA and serving certificate as they should be now (`tls.mode: issued`): what the owned
+    Secrets hold, renewed or issued where `kct.render.certificates.plan_certificates` says so; None for the
+    other modes. Runs on every reconcile, so the periodic resync renews before expiry."""
+    tls = spec.receiver.tls
+    if tls.mode != "issued":
+        return None
+    names = ChildNames(resource.name)
+    try:
+        ca_data = _secret_strings(children, resource.namespace, names.ca_secret)
+        serving_data = _secret_strings(children, resource.namespace, names.tls_secret)
+    except ApplyRefused as error:
+        raise apply_stop(error) from None
+    dns_names = service_dns_names(names.receiver, resource.namespace)
+    ca_name = f"kct {resource.namespace}/{resource.name}"
+    return ensure_certificates(now, tls.issued, dns_names, ca_data, serving_data, ca_name)
+
+
 def plan_receiver(
-    resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None,
+    tls: TlsMaterial | None = None,
 ) -> ReceiverPlan:
     """The desired children, rendered once (pure: no I/O)."""
-    params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token)
+    params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token,
+                            tls=tls)
     try:
         children = tuple(render_children(params))
     except ValueError as error:  # a setting the receiver's own config model refuses
@@ -425,6 +462,22 @@ def _children_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str, 
     ref = plan.params.token_ref
     if ref is not None:
         fields["tokenSecret"] = f"{ref.name}/{ref.key}"
+    tls = _tls_status(plan.params)
+    if tls is not None:
+        fields["tls"] = tls
+    return fields
+
+
+def _tls_status(params: ReceiverParams) -> dict[str, Any] | None:
+    """status.tls: where brokers find the CA bundle, and the issued certificates' expiry."""
+    bundle, serving = params.ca_bundle_ref, params.serving_secret
+    if bundle is None or serving is None:
+        return None
+    fields: dict[str, Any] = {"mode": params.spec.receiver.tls.mode, "caBundleSecret": f"{bundle.name}/{bundle.key}",
+                              "servingSecret": serving}
+    issued = params.issued_tls
+    if issued is not None:
+        fields |= {"notAfter": now_rfc3339(issued.serving_not_after), "caNotAfter": now_rfc3339(issued.ca_not_after)}
     return fields
 
 
@@ -547,7 +600,9 @@ def reconcile_receiver(
 
     try:
         spec, bootstrap = parse_spec(resource, default_bootstrap)
-        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token))
+        tls = resolve_tls(resource, spec, children, now or dt.datetime.now(dt.UTC))
+        events += [Event("Normal", "CertificateIssued", message) for message in (tls.events if tls else ())]
+        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token), tls)
         applied = apply_children(plan, children)
         events += prune_children(resource, plan, children)
         _aggregation_condition(plan, applied, conditions)
