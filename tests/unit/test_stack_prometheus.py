@@ -63,9 +63,12 @@ def test_node_stack_jobs_keep_the_receiver_pods_and_the_operator_pods(promtool: 
                  for rule in job["relabel_configs"] if rule.get("action") == "keep"}
         assert keeps["__meta_kubernetes_pod_container_port_name"] == port
         targets = {rule["target_label"] for rule in job["relabel_configs"] if "target_label" in rule}
-        assert targets == {"namespace", "pod"}
         if name == "kct-receiver":
+            # TLS by default: the scheme and path the receiver pods announce in their annotations
+            assert targets == {"namespace", "pod", "__scheme__", "__metrics_path__"}
+            assert job["tls_config"] == {"insecure_skip_verify": True}
             for key in ("app.kubernetes.io/name", "app.kubernetes.io/managed-by"):
                 assert keeps["__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9]", "_", key)] == labels[key]
         else:
+            assert targets == {"namespace", "pod"}
             assert keeps["__meta_kubernetes_pod_label_app_kubernetes_io_component"] == "operator"
