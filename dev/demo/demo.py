@@ -328,12 +328,12 @@ class Demo:
                 receiver["spec"]["aggregation"] = agg_view.receiver_aggregation(
                     receiver["spec"]["aggregation"], image=self.spark.job_image, claim=self.spark.claim,
                     service_account=self.spark.service_account)
-                log(f"    ... and spec.aggregation.image {self.spark.job_image} (`make images`), sinkClaimName "
-                    f"{self.spark.claim}, driver.serviceAccount {self.spark.service_account}")
                 if self.env.get("KCT_NODE_PROMETHEUS_POD_URL"):
                     export = prom_view.export_spec(self.env["KCT_NODE_PROMETHEUS_POD_URL"])
                     receiver["spec"]["aggregation"]["export"] = export
-                    log(f"    ... and spec.aggregation.export.endpoint {export['endpoint']} (the node's Prometheus)")
+                    log(f"    spec.aggregation.export.endpoint {export['endpoint']} (the node's Prometheus)")
+                log(f"    ... and spec.aggregation.image {self.spark.job_image} (`make images`), sinkClaimName "
+                    f"{self.spark.claim}, driver.serviceAccount {self.spark.service_account}")
             out = self.kubectl("apply", "-n", self.ns, "-f", str(REPO / "examples" / "subscriptions"),
                                "-f", str(REPO / "examples" / "demo" / "subscription.yaml"))
             self.applied_at = time.monotonic()
@@ -759,38 +759,6 @@ class Demo:
             self._files_summary(say, report)
             return ok
 
-    def _prometheus_summary(self, say: Any) -> None:
-        """One PromQL query of the shipped dashboards against the node's Prometheus (the aggregation's export)."""
-        url = self.env.get("KCT_NODE_PROMETHEUS_URL")
-        if self.local or not url:
-            return
-        say(f"Prometheus ({url}, the node's; the aggregation exports to it over OTLP)")
-        try:
-            lines = prom_view.summary_lines(url)
-        except (OSError, RuntimeError) as error:
-            lines = [f"    FAIL: {error}"]
-            self.failures.append(f"Prometheus: {error}")
-        for line in lines:
-            say(line if line.startswith("    ") else "    " + line)
-        say("")
-
-    def _prometheus_charts(self, x_range: tuple[float, float] | None) -> list[str]:
-        """A few dashboard panels drawn from the node's Prometheus (query_range over the fleet's run)."""
-        url = self.env.get("KCT_NODE_PROMETHEUS_URL")
-        if self.local or not url or x_range is None:
-            return []
-        charts = []
-        found = prom_view.panels()
-        for uid, title in prom_view.PANELS:
-            for promql in found.get((uid, title), []):
-                try:
-                    series = prom_view.panel_series(url, promql, *x_range)
-                except (OSError, RuntimeError) as error:
-                    log(f"    Prometheus query_range failed for {title}: {error}")
-                    series = []
-                charts.append(svg_line_chart(f"Prometheus, dashboard {uid}: {title}", series, x_range=x_range))
-        return charts
-
     def _files_summary(self, say: Any, report: Path) -> None:
         say("Files")
         say(f"    HTML report with plots   {_rel(report)}")
@@ -867,6 +835,38 @@ class Demo:
             f"{', '.join(sorted(roles)) or 'none'}, receiver's state {state.state or '-'}")
         self.failures.append("the SparkApplication is not RUNNING with driver and executor pods on the node")
         return False
+
+    def _prometheus_summary(self, say: Any) -> None:
+        """One PromQL query of the shipped dashboards against the node's Prometheus (the aggregation's export)."""
+        url = self.env.get("KCT_NODE_PROMETHEUS_URL")
+        if self.local or not url:
+            return
+        say(f"Prometheus ({url}, the node's; the aggregation exports to it over OTLP)")
+        try:
+            lines = prom_view.summary_lines(url)
+        except (OSError, RuntimeError) as error:
+            lines = [f"    FAIL: {error}"]
+            self.failures.append(f"Prometheus: {error}")
+        for line in lines:
+            say(line if line.startswith("    ") else "    " + line)
+        say("")
+
+    def _prometheus_charts(self, x_range: tuple[float, float] | None) -> list[str]:
+        """A few dashboard panels drawn from the node's Prometheus (query_range over the fleet's run)."""
+        url = self.env.get("KCT_NODE_PROMETHEUS_URL")
+        if self.local or not url or x_range is None:
+            return []
+        charts = []
+        found = prom_view.panels()
+        for uid, title in prom_view.PANELS:
+            for promql in found.get((uid, title), []):
+                try:
+                    series = prom_view.panel_series(url, promql, *x_range)
+                except (OSError, RuntimeError) as error:
+                    log(f"    Prometheus query_range failed for {title}: {error}")
+                    series = []
+                charts.append(svg_line_chart(f"Prometheus, dashboard {uid}: {title}", series, x_range=x_range))
+        return charts
 
     def _html(self, pushes: list[Push], rows: list[dict[str, Any]], cms: str, client_rows: list[Any],
               clients_header: list[str], agg_header: list[str], agg_rows: list[Any], narrow_rows: list[Any]) -> str:
