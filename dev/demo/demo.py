@@ -104,6 +104,7 @@ RECEIVER = "telemetry"  # examples/demo/telemetryreceiver.yaml
 RECEIVER_PODS = "app.kubernetes.io/component=receiver,app.kubernetes.io/instance=" + RECEIVER
 SPARK_PODS = "spark-role"  # the label Spark on Kubernetes puts on its driver and executor pods
 TOKEN_SECRET = "demo-push-token"  # referenced by examples/demo/telemetryreceiver.yaml
+KAFKA_SECRET = "demo-kafka-client"  # --kafka-sasl: the node broker's SASL_SSL user and CA, one property per key
 NARROW_TO = "demo-orders-producer"
 SUBSCRIPTION_COLUMNS = "custom-columns=" + ",".join((
     "NAME:.metadata.name",
@@ -334,19 +335,39 @@ class Demo:
                     log(f"    spec.aggregation.export.endpoint {export['endpoint']} (the node's Prometheus)")
                 log(f"    ... and spec.aggregation.image {self.spark.job_image} (`make images`), sinkClaimName "
                     f"{self.spark.claim}, driver.serviceAccount {self.spark.service_account}")
-            out = self.kubectl("apply", "-n", self.ns, "-f", str(REPO / "examples" / "subscriptions"),
-                               "-f", str(REPO / "examples" / "demo" / "subscription.yaml"))
+            sub = yaml.safe_load((REPO / "examples" / "demo" / "subscription.yaml").read_text())
+            if self.args.kafka_sasl:
+                kafka = self._kafka_sasl_secret()
+                receiver["spec"]["kafka"] = sub["spec"]["kafka"] = kafka
+                log(f"    ... and spec.kafka {kafka} on the receiver and subscription {SUBSCRIPTION}: the operator, "
+                    "the receivers and the Spark job connect through SASL_SSL (SCRAM-SHA-512)")
+            out = self.kubectl("apply", "-n", self.ns, "-f", str(REPO / "examples" / "subscriptions"))
+            out += self.kubectl("apply", "-n", self.ns, "-f", "-", stdin=yaml.safe_dump(sub))
             self.applied_at = time.monotonic()
             out += self.kubectl("apply", "-n", self.ns, "-f", "-", stdin=yaml.safe_dump(receiver))
             for line in out.splitlines():
                 log("    " + line)
-            sub = yaml.safe_load((REPO / "examples" / "demo" / "subscription.yaml").read_text())
             self.interval_ms = int(sub["spec"]["intervalMs"])
             self.kubectl("wait", "--for=condition=Ready", "clientmetricssubscriptions", "--all", "-n", self.ns,
                          "--timeout=90s", timeout=100)
             self.kubectl("wait", "--for=condition=TopicReady", f"telemetryreceiver/{RECEIVER}", "-n", self.ns,
                          "--timeout=90s", timeout=100)
             log("    every ClientMetricsSubscription is Ready (configs on the broker); the receiver's topic exists")
+
+    def _kafka_sasl_secret(self) -> dict[str, Any]:
+        """The Secret of the node broker's SASL_SSL user (build/node-stack.env names its files); the spec.kafka
+        that points at the pods' SASL_SSL listener with it."""
+        env = self.env
+        secret = self.kubectl(
+            "create", "secret", "generic", KAFKA_SECRET, "-n", self.ns, "--dry-run=client", "-o", "yaml",
+            "--from-literal=security.protocol=SASL_SSL",
+            f"--from-literal=sasl.mechanism={env['KCT_KAFKA_SASL_MECHANISM']}",
+            f"--from-literal=sasl.username={env['KCT_KAFKA_SASL_USERNAME']}",
+            f"--from-file=sasl.password={env['KCT_KAFKA_SASL_PASSWORD_FILE']}",
+            f"--from-file=ssl.ca.pem={env['KCT_KAFKA_CA_FILE']}")
+        self.kubectl("apply", "-f", "-", stdin=secret)
+        log(f"    secret {KAFKA_SECRET}: the node broker's SCRAM user and the stack's CA (client properties)")
+        return {"bootstrapServers": env["KCT_NODE_KAFKA_POD_SASL_SSL_BOOTSTRAP"], "secretRef": {"name": KAFKA_SECRET}}
 
     def _rendered(self, key: str) -> dict[str, Any]:
         """The config file (ConfigMap key `key`) the operator rendered for the demo TelemetryReceiver."""
@@ -628,6 +649,17 @@ class Demo:
             config["parquet"]["path"] = str(agg_dir)
             config["run"]["checkpointPath"] = None
             host_bootstrap = self.env["KAFKA_BOOTSTRAP_SERVERS"]
+            if config["source"].get("clientPropertiesDir"):
+                # --kafka-sasl: the same SASL_SSL user, through the forwarder, from the same properties laid out
+                # here as the pods get them mounted.
+                host_bootstrap = self.env["KAFKA_SASL_SSL_BOOTSTRAP_SERVERS"]
+                properties = self.out / "kafka-client"
+                properties.mkdir(parents=True, exist_ok=True)
+                secret = self.kget(f"secret/{KAFKA_SECRET}")
+                for key, value in secret["data"].items():
+                    (properties / key).write_bytes(base64.b64decode(value))
+                changes.append(f"source.clientPropertiesDir -> {_rel(properties)} (Secret {KAFKA_SECRET})")
+                config["source"]["clientPropertiesDir"] = str(properties)
             if config["source"].get("bootstrapServers") != host_bootstrap:
                 changes.append(f"source.bootstrapServers {config['source'].get('bootstrapServers')} -> "
                                f"{host_bootstrap} (Spark runs on the host, which reaches the node stack's Kafka "
@@ -1037,6 +1069,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-aggregation", action="store_true",
                         help="for development: `kct aggregate` (Spark local mode) on the host over the rendered "
                              "config, instead of the spark-operator on the node (no kct-spark image needed)")
+    parser.add_argument("--kafka-sasl", action="store_true",
+                        help="the receiver and the demo subscription name the node broker's SASL_SSL listener "
+                             "(SCRAM-SHA-512, the stack's CA) with a Secret: the operator, the receivers and the "
+                             "Spark job connect through it")
     parser.add_argument("--keep-stack", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"),
                         help="leave the stack running (also KEEP=1)")
     parser.add_argument("--remove-resources", action="store_true",

@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import Producer
@@ -23,6 +24,7 @@ from kct.aggregation.config import AggregationConfig, KafkaOutputConfig
 from kct.aggregation.delivery import StagedAppend
 from kct.aggregation.otlp_export import WindowExporter
 from kct.aggregation.otlp_metrics import EXPORT_COLUMNS
+from kct.kafka.client_properties import librdkafka_properties, read_properties_dir
 
 __all__ = [
     "EXPORT_STATUS_FILE",
@@ -108,8 +110,10 @@ def append_once(spark: Any, cfg: AggregationConfig, table: str, batch_id: int, d
 
 def send_to_kafka(df: Any, out: KafkaOutputConfig) -> None:
     """Aggregate rows as JSON records (key = client instance id or roll-up value), one producer per task."""
+    secret = {} if out.client_properties_dir is None else librdkafka_properties(
+        read_properties_dir(Path(out.client_properties_dir)))
     conf = {"bootstrap.servers": out.bootstrap_servers, "enable.idempotence": True, "acks": "all",
-            "compression.type": "zstd", "enable.metrics.push": False, **out.producer_properties}
+            "compression.type": "zstd", "enable.metrics.push": False, **secret, **out.producer_properties}
     topic = out.topic
     key_col = "client_instance_id" if "client_instance_id" in df.columns else "dimension_value"
     rows = df.select(F.col(key_col).alias("k"), F.to_json(F.struct(*df.columns)).alias("v"))

@@ -533,8 +533,10 @@ class TelemetryReceiverSpec(SpecModel):
     receiver: ReceiverSettings = ReceiverSettings()
     """The receiver's settings."""
     kafka: KafkaConnection | None = None
-    """Cluster of the output topic; absent = the operator's default cluster. `secretRef` is used by the
-    operator's admin client (topic management)."""
+    """Cluster of the output topic; absent = the operator's default cluster. `secretRef` (client properties:
+    `security.protocol`, `sasl.*`, `ssl.ca.pem`, ...) is used by the operator's admin client (topic management)
+    and mounted into the receiver pods (their producers) and the Spark job (its Kafka source): no value is
+    copied into a ConfigMap or the resource."""
     topic: OutputTopicSpec = OutputTopicSpec()
     """The output topic."""
     aggregation: AggregationSpec | None = None

@@ -2,6 +2,7 @@
 
 `reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_tls` (the
 operator's CA and serving certificate, issued or renewed as `kct.render.certificates` decides) -> `resolve_token`
+-> `resolve_kafka_secret_version` (the version of spec.kafka.secretRef's Secret, in the pods' config hash)
 -> `plan_receiver` (pure: the desired children, rendered once by `kct.render`) -> `apply_children`
 (server-side, forced) -> `prune_children` (ours, owned, no longer desired) -> `sync_topic` (through the
 Admin API; partitions only grow; replication chosen at creation against the broker count, min ISR kept)
@@ -79,6 +80,7 @@ __all__ = [
     "prune_children",
     "reconcile_receiver",
     "resolve_tls",
+    "resolve_kafka_secret_version",
     "resolve_token",
     "sync_topic",
     "topic_configs",
@@ -222,13 +224,29 @@ def resolve_tls(
     return ensure_certificates(now, tls.issued, dns_names, ca_data, serving_data, ca_name)
 
 
+def resolve_kafka_secret_version(
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, children: ChildrenClient
+) -> str | None:
+    """resourceVersion of spec.kafka.secretRef's Secret (None: no Secret named, or not there yet: the topic step
+    reports a missing one), so pods that read it at start roll when it changes."""
+    name = None if spec.kafka is None or spec.kafka.secret_ref is None else spec.kafka.secret_ref.name
+    if name is None:
+        return None
+    try:
+        found = children.get("v1", "Secret", resource.namespace, name)
+    except ApplyRefused as error:
+        raise apply_stop(error) from None
+    version = ((found or {}).get("metadata") or {}).get("resourceVersion")
+    return str(version) if version else None
+
+
 def plan_receiver(
     resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None,
-    tls: TlsMaterial | None = None,
+    tls: TlsMaterial | None = None, kafka_secret_version: str | None = None,
 ) -> ReceiverPlan:
     """The desired children, rendered once (pure: no I/O)."""
     params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token,
-                            tls=tls)
+                            tls=tls, kafka_secret_version=kafka_secret_version)
     try:
         children = tuple(render_children(params))
     except ValueError as error:  # a setting the receiver's own config model refuses
@@ -602,7 +620,8 @@ def reconcile_receiver(
         spec, bootstrap = parse_spec(resource, default_bootstrap)
         tls = resolve_tls(resource, spec, children, now or dt.datetime.now(dt.UTC))
         events += [Event("Normal", "CertificateIssued", message) for message in (tls.events if tls else ())]
-        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token), tls)
+        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token), tls,
+                             resolve_kafka_secret_version(resource, spec, children))
         applied = apply_children(plan, children)
         events += prune_children(resource, plan, children)
         _aggregation_condition(plan, applied, conditions)

@@ -328,6 +328,12 @@ class KafkaSinkConfig(StrictModel):
     producer_properties_from_env: dict[str, str] = Field(
         default_factory=dict, description="librdkafka property -> environment variable (e.g. sasl.password)."
     )
+    client_properties_dir: str | None = Field(
+        default=None,
+        description="Directory of Kafka client properties, one file per property (a mounted Secret: "
+        "security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.pem, ...), read at start and "
+        "translated for librdkafka; the properties above win over it.",
+    )
     delivery_timeout_ms: PositiveInt = Field(
         default=10_000, description="How long a push waits for Kafka's acknowledgement before 503."
     )

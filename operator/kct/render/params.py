@@ -47,6 +47,7 @@ __all__ = [
     "CLIENT_CA_DIR",
     "CLIENT_CA_FILE",
     "EXPORT_CA_DIR",
+    "KAFKA_CLIENT_DIR",
     "OTLP_PORT",
     "RECEIVER_CONFIG_DIR",
     "RECEIVER_CONFIG_KEY",
@@ -58,6 +59,9 @@ __all__ = [
     "aggregation_config_yaml",
     "config_hash",
     "export_header_env",
+    "kafka_client_dir",
+    "kafka_secret_name",
+    "kafka_secret_parts",
     "producer_secret_env",
     "receiver_config",
     "receiver_config_yaml",
@@ -77,6 +81,8 @@ RECEIVER_CONFIG_DIR: Final = "/etc/kct/receiver"
 RECEIVER_CONFIG_KEY: Final = "receiver.yaml"
 AGGREGATION_CONFIG_DIR: Final = "/etc/kct/aggregation"
 AGGREGATION_CONFIG_KEY: Final = "aggregation.yaml"
+# spec.kafka.secretRef, mounted whole into the receivers and the Spark job: one file per client property.
+KAFKA_CLIENT_DIR: Final = "/etc/kct/kafka-client"
 # The export's CA bundle (spec.aggregation.export.tls.caSecretRef), mounted into the driver (it sends).
 EXPORT_CA_DIR: Final = "/etc/kct/export-ca"
 API_VERSION: Final = "telemetry.kct.dev/v1alpha1"
@@ -97,6 +103,10 @@ class ReceiverParams:
     """The token of the generated Secret (auth enabled, no tokenSecretRef); None otherwise."""
     tls: TlsMaterial | None = None
     """The operator's CA and serving certificate (`tls.mode: issued`); None otherwise."""
+    kafka_secret_version: str | None = None
+    """resourceVersion of spec.kafka.secretRef's Secret as the controller last read it (None: no Secret, or not
+    read). The pods read that Secret when they start, so it is part of their config hash: a changed Secret
+    restarts them."""
     version: str = __version__
 
     @property
@@ -166,6 +176,7 @@ def receiver_config(spec: TelemetryReceiverSpec, bootstrap_servers: str) -> Rece
                 topic=spec.topic.name,
                 producer_properties=dict(settings.producer_properties),
                 producer_properties_from_env=producer_secret_env(spec),
+                client_properties_dir=kafka_client_dir(spec),
             ),
         )
     except ValidationError as error:
@@ -191,6 +202,16 @@ def _listen_tls(spec: TelemetryReceiverSpec) -> TlsConfig | None:
     )
 
 
+def kafka_secret_name(spec: TelemetryReceiverSpec) -> str | None:
+    """The Secret of spec.kafka.secretRef (the cluster's credentials and CA), if any."""
+    return None if spec.kafka is None or spec.kafka.secret_ref is None else spec.kafka.secret_ref.name
+
+
+def kafka_client_dir(spec: TelemetryReceiverSpec) -> str | None:
+    """Where the pods read spec.kafka.secretRef's properties (KAFKA_CLIENT_DIR), if the spec names a Secret."""
+    return None if kafka_secret_name(spec) is None else KAFKA_CLIENT_DIR
+
+
 def producer_secret_env(spec: TelemetryReceiverSpec) -> dict[str, str]:
     """librdkafka property -> the environment variable carrying its Secret value (sorted, stable names)."""
     properties = sorted(spec.receiver.producer_properties_from_secrets)
@@ -202,7 +223,8 @@ def receiver_config_yaml(params: ReceiverParams) -> str:
 
 
 def _source(params: ReceiverParams) -> SourceConfig:
-    source = SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name)
+    source = SourceConfig(bootstrap_servers=params.bootstrap_servers, topic=params.spec.topic.name,
+                          client_properties_dir=kafka_client_dir(params.spec))
     aggregation = params.spec.aggregation
     if aggregation is None or aggregation.max_records_per_trigger is None:
         return source
@@ -248,6 +270,13 @@ def aggregation_config(params: ReceiverParams) -> AggregationConfig | None:
 
 def aggregation_config_yaml(config: AggregationConfig) -> str:
     return str(yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False))
+
+
+def kafka_secret_parts(params: ReceiverParams) -> tuple[str, ...]:
+    """What a pod's config hash adds for spec.kafka.secretRef: its version, when known (nothing otherwise, so
+    the hashes of receivers without a Secret are what they were)."""
+    version = params.kafka_secret_version
+    return () if version is None or kafka_secret_name(params.spec) is None else (f"kafka-secret:{version}",)
 
 
 def config_hash(*parts: str) -> str:

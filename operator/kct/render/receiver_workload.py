@@ -16,6 +16,7 @@ from kct.render.certificates import CA_CERT_KEY, CA_KEY_KEY, PREVIOUS_CA_CERT_KE
 from kct.render.names import COMPONENT_RECEIVER, CONFIG_HASH_ANNOTATION, child_labels, selector_labels
 from kct.render.params import (
     CLIENT_CA_DIR,
+    KAFKA_CLIENT_DIR,
     OTLP_PORT,
     RECEIVER_CONFIG_DIR,
     RECEIVER_CONFIG_KEY,
@@ -23,6 +24,8 @@ from kct.render.params import (
     TOKEN_DIR,
     ReceiverParams,
     config_hash,
+    kafka_secret_name,
+    kafka_secret_parts,
     producer_secret_env,
     receiver_config_yaml,
 )
@@ -118,10 +121,12 @@ def render_ca_bundle_secret(params: ReceiverParams) -> dict[str, Any] | None:
 
 
 def pod_config_hash(params: ReceiverParams) -> str:
-    """Changes whenever the pods must restart to see a change: the config file or the token's source (the
-    token itself is not in it: a changed token reaches running pods through the mounted file)."""
+    """Changes whenever the pods must restart to see a change: the config file, the token's source (the
+    token itself is not in it: a changed token reaches running pods through the mounted file), and the version
+    of the Kafka Secret (read once at start)."""
     ref = params.token_ref
-    return config_hash(receiver_config_yaml(params), f"{ref.name}/{ref.key}" if ref else "")
+    return config_hash(receiver_config_yaml(params), f"{ref.name}/{ref.key}" if ref else "",
+                       *kafka_secret_parts(params))
 
 
 def _probe(path: str, *, period: int, failures: int, tls: bool) -> dict[str, Any]:
@@ -168,6 +173,8 @@ def _container(params: ReceiverParams) -> dict[str, Any]:
         container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     if spec.receiver.tls.client_auth is not None:
         container["volumeMounts"].append({"name": "client-ca", "mountPath": CLIENT_CA_DIR, "readOnly": True})
+    if kafka_secret_name(spec) is not None:
+        container["volumeMounts"].append({"name": "kafka-client", "mountPath": KAFKA_CLIENT_DIR, "readOnly": True})
     env: list[dict[str, Any]] = []
     secret_properties = spec.receiver.producer_properties_from_secrets
     for prop, variable in producer_secret_env(spec).items():
@@ -221,6 +228,12 @@ def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
         ca_ref = client_auth.ca_secret_ref
         pod_spec["volumes"].append({"name": "client-ca", "secret": {
             "secretName": ca_ref.name, "items": [{"key": ca_ref.key, "path": "ca.crt"}], "defaultMode": 0o440}})
+    kafka_secret = kafka_secret_name(spec)
+    if kafka_secret is not None:
+        # The cluster's credentials and CA (spec.kafka.secretRef), one file per property: the receiver's config
+        # names only the directory, so no value reaches the ConfigMap.
+        pod_spec["volumes"].append({"name": "kafka-client",
+                                    "secret": {"secretName": kafka_secret, "defaultMode": 0o440}})
     account = receiver_service_account(params)
     if account is not None:
         pod_spec["serviceAccountName"] = account

@@ -108,6 +108,10 @@ def test_the_proxy_scheme_follows_the_receivers_tls_mode() -> None:
     """Given receivers serve TLS unless told otherwise, Then the pod proxy is asked over https by default and
     over http only for `spec.receiver.tls.mode: disabled` (an http request to a TLS listener gets no answer)."""
     meta = {"namespace": "kafka", "name": "telemetry"}
+
+    def scheme(tls: dict[str, str]) -> str:
+        return ReceiverRef.from_body({"metadata": meta, "spec": {"receiver": {"tls": tls}}}).scheme
+
     assert ReceiverRef.from_body({"metadata": meta, "spec": {}}).scheme == "https"
-    assert ReceiverRef.from_body({"metadata": meta, "spec": {"receiver": {"tls": {"mode": "issued"}}}}).scheme == "https"
-    assert ReceiverRef.from_body({"metadata": meta, "spec": {"receiver": {"tls": {"mode": "disabled"}}}}).scheme == "http"
+    assert scheme({"mode": "issued"}) == "https"
+    assert scheme({"mode": "disabled"}) == "http"

@@ -45,7 +45,7 @@ CASES: dict[str, dict[str, Any]] = {
                 "sasl.password": {"name": "kafka-user", "key": "password"},
             },
         },
-        "kafka": {"bootstrapServers": "kafka-bootstrap.kafka:9092"},
+        "kafka": {"bootstrapServers": "kafka-bootstrap.kafka:9093", "secretRef": {"name": "kafka-client"}},
         "topic": {"name": "telemetry.raw", "partitions": 12},
         "networkPolicy": {
             "enabled": True,
