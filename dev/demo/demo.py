@@ -77,6 +77,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "dev" / "stack"))
 
 import aggregation_view as agg_view  # noqa: E402
+import prometheus_view as prom_view  # noqa: E402
 import spark_on_node  # noqa: E402  (dev/stack: the spark-operator on the node, shared with its e2e test)
 from clients import DEMO_CLIENTS, ClientFleet, ensure_topics  # noqa: E402
 from report import (  # noqa: E402
@@ -328,6 +329,10 @@ class Demo:
                 receiver["spec"]["aggregation"] = agg_view.receiver_aggregation(
                     receiver["spec"]["aggregation"], image=self.spark.job_image, claim=self.spark.claim,
                     service_account=self.spark.service_account)
+                if self.env.get("KCT_NODE_PROMETHEUS_POD_URL"):
+                    export = prom_view.export_spec(self.env["KCT_NODE_PROMETHEUS_POD_URL"])
+                    receiver["spec"]["aggregation"]["export"] = export
+                    log(f"    spec.aggregation.export.endpoint {export['endpoint']} (the node's Prometheus)")
                 log(f"    ... and spec.aggregation.image {self.spark.job_image} (`make images`), sinkClaimName "
                     f"{self.spark.claim}, driver.serviceAccount {self.spark.service_account}")
             sub = yaml.safe_load((REPO / "examples" / "demo" / "subscription.yaml").read_text())
@@ -760,6 +765,7 @@ class Demo:
                 ok = False
                 self.failures.append(f"no pushes from {', '.join(missing)}")
             say("")
+            self._prometheus_summary(say)
             n = self.narrow
             before = Counter(p.client_id for p in pushes if n["before_start"] <= p.received_ms / 1000 < n["t_patch"])
             after = Counter(p.client_id for p in pushes if n["start"] <= p.received_ms / 1000 < n["end"])
@@ -862,6 +868,38 @@ class Demo:
         self.failures.append("the SparkApplication is not RUNNING with driver and executor pods on the node")
         return False
 
+    def _prometheus_summary(self, say: Any) -> None:
+        """One PromQL query of the shipped dashboards against the node's Prometheus (the aggregation's export)."""
+        url = self.env.get("KCT_NODE_PROMETHEUS_URL")
+        if self.local or not url:
+            return
+        say(f"Prometheus ({url}, the node's; the aggregation exports to it over OTLP)")
+        try:
+            lines = prom_view.summary_lines(url)
+        except (OSError, RuntimeError) as error:
+            lines = [f"    FAIL: {error}"]
+            self.failures.append(f"Prometheus: {error}")
+        for line in lines:
+            say(line if line.startswith("    ") else "    " + line)
+        say("")
+
+    def _prometheus_charts(self, x_range: tuple[float, float] | None) -> list[str]:
+        """A few dashboard panels drawn from the node's Prometheus (query_range over the fleet's run)."""
+        url = self.env.get("KCT_NODE_PROMETHEUS_URL")
+        if self.local or not url or x_range is None:
+            return []
+        charts = []
+        found = prom_view.panels()
+        for uid, title in prom_view.PANELS:
+            for promql in found.get((uid, title), []):
+                try:
+                    series = prom_view.panel_series(url, promql, *x_range)
+                except (OSError, RuntimeError) as error:
+                    log(f"    Prometheus query_range failed for {title}: {error}")
+                    series = []
+                charts.append(svg_line_chart(f"Prometheus, dashboard {uid}: {title}", series, x_range=x_range))
+        return charts
+
     def _html(self, pushes: list[Push], rows: list[dict[str, Any]], cms: str, client_rows: list[Any],
               clients_header: list[str], agg_header: list[str], agg_rows: list[Any], narrow_rows: list[Any]) -> str:
         n = self.narrow
@@ -885,6 +923,7 @@ class Demo:
             svg_line_chart("Consumer request latency (all brokers), max per window (ms)",
                            metric_series(rows, ("consumer.node.request.latency.max",), "value_max", consumers),
                            y_label="ms", marker_at=mark, marker_label=label, x_range=x_range),
+            *self._prometheus_charts(x_range),
         ]
         cms_lines = cms.splitlines()
         cms_header = cms_lines[0].split() if cms_lines else []

@@ -21,10 +21,12 @@ matrix (kafka_clients.CLIENTS, a virtualenv per confluent-kafka version), nor bu
 receiver takes the aggregation's export in the tests: prometheus.py).
 
 `node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS and Kafka, all inside network
-and mount namespaces it creates (netns.py), state in `build/node-stack/`. The host reaches its API server and
-Kafka through a loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443) and :$KCT_NODE_KAFKA_PORT (29092);
-pods reach Kafka on the node's address; `build/node-stack.env` says how to use it.
+kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS, Kafka and Prometheus (OTLP
+receiver on, scraping the receiver and operator pods: prometheus.py), all inside network and mount namespaces it
+creates (netns.py), state in `build/node-stack/`. The host reaches its API server, Kafka and Prometheus through a
+loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443), :$KCT_NODE_KAFKA_PORT (29092) and
+:$KCT_NODE_PROMETHEUS_PORT (29090); pods reach Kafka and Prometheus on the node's address;
+`build/node-stack.env` says how to use it.
 It is separate so that the loopback stack, and every test and session using it, stays exactly as it is.
 """
 
@@ -174,6 +176,11 @@ def _node_secure_listeners() -> kafka_broker.SecureListeners:
                                         pod_sasl_ssl_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_SASL_SSL_PORT}")
 
 
+def _node_prometheus_port() -> int:
+    """The host's port for the node stack's Prometheus (9090 inside its namespace), through the forwarder."""
+    return int(os.environ.get("KCT_NODE_PROMETHEUS_PORT", "29090"))
+
+
 def _node_telemetry_endpoint() -> str:
     """Where the node stack's broker plugin posts: by convention the Service of a TelemetryReceiver named
     `telemetry` in namespace `kct-telemetry` (the node's processes resolve cluster names through CoreDNS), with
@@ -192,7 +199,8 @@ def _node_receiver_ca_file() -> Path:
 
 
 def _forwards(routes: list[str]) -> bool:
-    """Whether a running forwarder serves every route (one started before the secured listeners does not)."""
+    """Whether a running forwarder serves every route (one started before the secured listeners, or Prometheus,
+    does not)."""
     pid = _proc.read_pid(NODE_STATE, FORWARDER)
     if pid is None or not _proc.is_running(NODE_STATE, FORWARDER):
         return True  # nothing to replace
@@ -204,18 +212,19 @@ def _forwards(routes: list[str]) -> bool:
 
 
 def _start_forwarder(holder: int, restart: bool) -> None:
-    """The host's way in: 127.0.0.1:<port> here -> the API server and Kafka on the node stack's loopback."""
-    port, kafka = _node_api_port(), _node_kafka_port()
+    """The host's way in: 127.0.0.1:<port> here -> the API server, Kafka (plain and secured) and Prometheus on
+    the node stack's loopback."""
+    port, kafka, metrics = _node_api_port(), _node_kafka_port(), _node_prometheus_port()
     secured = (kafka + 2, kafka + 3)  # _node_secure_listeners
     routes = [f"{port}:127.0.0.1:{kube.APISERVER_PORT}", f"{kafka}:127.0.0.1:{kafka}",
-              *(f"{p}:127.0.0.1:{p}" for p in secured)]
-    if restart or not _forwards(routes):
+              *(f"{p}:127.0.0.1:{p}" for p in secured), f"{metrics}:127.0.0.1:{prometheus.NODE_PORT}"]
+    if restart or not _forwards(routes):  # e.g. a forwarder started before a route was added
         _proc.stop_daemon(NODE_STATE, FORWARDER)
     if _proc.is_running(NODE_STATE, FORWARDER):
         return
-    for taken in (p for p in (port, kafka, *secured) if _proc.port_open("127.0.0.1", p)):
-        raise SystemExit(f"error: 127.0.0.1:{taken} is in use by another program; set KCT_NODE_API_PORT or "
-                         "KCT_NODE_KAFKA_PORT")
+    for taken in (p for p in (port, kafka, *secured, metrics) if _proc.port_open("127.0.0.1", p)):
+        raise SystemExit(f"error: 127.0.0.1:{taken} is in use by another program; set KCT_NODE_API_PORT, "
+                         "KCT_NODE_KAFKA_PORT or KCT_NODE_PROMETHEUS_PORT")
     _proc.start_daemon(NODE_STATE, FORWARDER, [sys.executable, str(Path(__file__).with_name("forward.py")),
                                                f"--netns-pid={holder}", *routes])
     _proc.wait_until(lambda: _proc.port_open("127.0.0.1", port), timeout=10, what="forwarder",
@@ -260,6 +269,7 @@ def node_up() -> int:
                         plugin_tls=kafka_broker.PluginTls(ca_file=_node_receiver_ca_file()),
                         port=_node_kafka_port(), controller_port=_node_kafka_port() + 1,
                         pod_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}", secure=_node_secure_listeners())
+        prometheus.node_up(NODE_STATE, (NODE_STATE / "kubeconfig").resolve())
         runtime = _runtime_image()
         if runtime is None:
             print("note: no runtime image for these sources (`make images`): pods cannot run kct yet", flush=True)
@@ -276,6 +286,8 @@ def node_up() -> int:
            "KCT_RECEIVER_TOKEN_FILE": str(_telemetry_token_file(NODE_STATE).resolve()),
            "KCT_TELEMETRY_ENDPOINT": _node_telemetry_endpoint(),
            "KCT_RECEIVER_CA_FILE": str(_node_receiver_ca_file()),
+           "KCT_NODE_PROMETHEUS_URL": f"http://127.0.0.1:{_node_prometheus_port()}",
+           "KCT_NODE_PROMETHEUS_POD_URL": f"http://{node.NODE_IP}:{prometheus.NODE_PORT}",
            **env, "KCT_NODE_NETNS_PID": str(holder), "KCT_NODE_EXEC": str(_node_exec_script(holder))}
     _write_env(env, NODE_ENV_FILE)
     print(f"node stack is up in {time.monotonic() - started:.1f}s; `source {NODE_ENV_FILE.relative_to(REPO)}`:")
@@ -289,6 +301,7 @@ def node_down() -> int:
     # Inside: the node's cgroup root is removed through the node's own cgroup mounts.
     with netns.entered(holder) if holder is not None else contextlib.nullcontext():
         kafka_broker.down(NODE_STATE)
+        prometheus.node_down(NODE_STATE)
         node.down(NODE_STATE)
         kube.down(NODE_STATE)
     for name in (FORWARDER, netns.HOLDER):  # the namespaces go with the last process in them
@@ -305,6 +318,7 @@ def node_status_lines() -> list[str]:
         f"{'namespaces':<24} pid {holder or '-':<8} {'running' if holder else 'stopped':<8} net + mount",
         *kube.status(NODE_STATE), *node.status(NODE_STATE),
         *kafka_broker.status(NODE_STATE, port=_node_kafka_port()),
+        *prometheus.node_status(NODE_STATE),
         f"{'forwarder':<24} pid {forwarder or '-':<8} {'running' if forwarder else 'stopped':<8} "
         f"https://127.0.0.1:{_node_api_port()}",
     ]

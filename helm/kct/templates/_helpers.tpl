@@ -109,7 +109,8 @@ objects it renders, by name, each with an ownerReference to its TelemetryReceive
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # why: pod attribution: Kubernetes lets the operator grant a receiver's Role only rights it holds itself
 # (RBAC escalation prevention); besides, the operator lists the receiver pods (by their selector labels) to
-# read each replica's client registry for the subscriptions' status.clients.
+# read each replica's client registry for the subscriptions' status.clients, and gets the aggregation's ended
+# driver pods, whose termination message is the OTLP export's report (status.aggregation.export).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +30,7 @@ __all__ = [
     "EXPORT_STATUS_FILE",
     "ROWS_PER_FILE",
     "TABLES",
+    "TERMINATION_LOG",
     "append_once",
     "concurrently",
     "export_status_path",
@@ -38,6 +40,7 @@ __all__ = [
     "table_path",
     "write_counted",
     "write_table",
+    "write_termination_message",
 ]
 
 _T = TypeVar("_T")
@@ -150,11 +153,29 @@ def send_to_otlp(spark: Any, df: Any, cfg: AggregationConfig, exporter: WindowEx
     jvm = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(export_status_path(cfg))
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    report = json.dumps(status.as_dict(), sort_keys=True)
     out = fs.create(path, True)
     try:
-        out.write(bytearray(json.dumps(status.as_dict(), sort_keys=True).encode()))
+        out.write(bytearray(report.encode()))
     finally:
         out.close()
+    write_termination_message(report)
+
+
+TERMINATION_LOG = "/dev/termination-log"
+_TERMINATION_LIMIT = 4096  # what the kubelet keeps of a termination message
+
+
+def write_termination_message(report: str, path: str = TERMINATION_LOG) -> bool:
+    """The export's status as the driver container's termination message, when it runs in a Kubernetes pod
+    (the file exists there): Kubernetes copies it into the pod's status when the driver ends, where the
+    operator reads it (kct.controller.export_status) without mounting the sink. Overwritten by every export,
+    so the last one is what the run reports. False when not in a pod or too long to keep whole."""
+    if len(report.encode()) > _TERMINATION_LIMIT or not os.path.exists(path):
+        return False
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(report)
+    return True
 
 
 def concurrently(tasks: dict[str, Callable[[], _T]], spark: Any = None) -> dict[str, _T]:

@@ -28,6 +28,7 @@ from kct.receiver.config import ReceiverTuning
 __all__ = [
     "DEFAULT_AGGREGATION_IMAGE",
     "DEFAULT_RECEIVER_IMAGE",
+    "AggregationExportStatus",
     "AggregationSpec",
     "AggregationStatus",
     "AutoscalingSpec",
@@ -572,6 +573,25 @@ class TopicStatus(SpecModel):
     bootstrap_servers: str | None = None
 
 
+class AggregationExportStatus(SpecModel):
+    """What an aggregation run's OTLP export did, as its driver reported it when it ended."""
+
+    run: str | None = None
+    """The SparkApplication of the run."""
+    windows_sent: int | None = None
+    """Windows exported."""
+    windows_failed: int | None = None
+    """Windows given up after the retries (in Parquet only)."""
+    requests_failed: int | None = None
+    """Export requests not accepted, each attempt counted."""
+    series_sent: int | None = None
+    series_dropped: int | None = None
+    """Series over `maxSeriesPerWindow`, not exported."""
+    last_error: str | None = None
+    last_window_end_sent: str | None = None
+    """End of the newest window exported."""
+
+
 class AggregationStatus(SpecModel):
     """The Spark application of `spec.aggregation`, as the spark-operator reports it."""
 
@@ -584,6 +604,8 @@ class AggregationStatus(SpecModel):
     """The spark-operator's error message, when it gave one."""
     last_run: str | None = None
     """ScheduledSparkApplication: the SparkApplication of the last run."""
+    export: AggregationExportStatus | None = None
+    """With `spec.aggregation.export`: the OTLP export of the newest run whose driver reported it."""
 
 
 class TlsStatus(SpecModel):
@@ -612,7 +634,8 @@ class TelemetryReceiverStatus(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     """`Ready` (True when the Deployment is available and the topic exists), `TopicReady`,
-    `PartitionsShrinkRefused`, `ReplicationFactorDiffers`, `ReconciliationPaused`."""
+    `PartitionsShrinkRefused`, `ReplicationFactorDiffers`, `AggregationReady`, `AggregationExported`,
+    `ReconciliationPaused`."""
     replicas: int | None = None
     """Receiver pods the Deployment has."""
     ready_replicas: int | None = None

@@ -46,6 +46,8 @@ class ConditionType(StrEnum):
     """TelemetryReceiver: the Spark application was accepted and has not failed (or aggregation is off)."""
     CLIENTS_MATCHED = "ClientsMatched"
     """ClientMetricsSubscription: live clients match it (False after a while without any; never affects Ready)."""
+    AGGREGATION_EXPORTED = "AggregationExported"
+    """TelemetryReceiver with spec.aggregation.export: the last reported run exported every window over OTLP."""
 
 
 class Reason(StrEnum):
@@ -100,6 +102,10 @@ class Reason(StrEnum):
     """ClientsMatched=False (and a Warning event): no live client matched for longer than the warning period."""
     RECEIVERS_SILENT = "ReceiversSilent"
     """ClientsMatched=Unknown: no receiver's client registry was read lately, so the matches are not known."""
+    EXPORTED = "Exported"
+    """AggregationExported=True: the last reported run sent every window to spec.aggregation.export."""
+    EXPORT_FAILED = "ExportFailed"
+    """AggregationExported=False: the last reported run gave windows up after its retries (Parquet has them)."""
 
 
 def now_rfc3339(now: dt.datetime | None = None) -> str:

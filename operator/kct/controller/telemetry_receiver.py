@@ -36,6 +36,7 @@ from kct.api.subscription import KafkaConnection
 from kct.api.telemetry_receiver import TelemetryReceiverSpec, TelemetryReceiverStatus, parse_receiver_spec
 from kct.controller.children import ApplyRefused, ChildrenClient, KindNotInstalled
 from kct.controller.conditions import ConditionType, Reason, now_rfc3339
+from kct.controller.export_status import export_condition, read_export_status
 from kct.controller.kernel import (
     NO_DEFAULT_CLUSTER,
     ConditionTracker,
@@ -447,6 +448,26 @@ def _aggregation_condition(plan: ReceiverPlan, applied: AppliedChildren, conditi
             conditions.set(ConditionType.AGGREGATION_READY, True, Reason.RECONCILED, message)
 
 
+def _export_report(
+    resource: ReceiverResource,
+    plan: ReceiverPlan,
+    aggregation: dict[str, Any] | None,
+    children: ChildrenClient,
+    conditions: ConditionTracker,
+) -> None:
+    """With `spec.aggregation.export`: the last run's export report into `aggregation["export"]` (the
+    previous one kept while a run is in progress) and the `AggregationExported` condition."""
+    spec = plan.spec.aggregation
+    exporting = aggregation is not None and spec is not None and spec.export is not None
+    export = None
+    if exporting and aggregation is not None:
+        previous = (resource.status.get("aggregation") or {}).get("export")
+        export = read_export_status(children, resource.namespace, aggregation.get("lastRun"), previous)
+        if export is not None:
+            aggregation["export"] = export
+    export_condition(export, exporting, conditions)
+
+
 def _children_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str, Any]:
     _, replicas, ready_replicas, _ = _deployment_progress(applied.bodies.get("Deployment", {}), plan.wanted_replicas)
     fields: dict[str, Any] = {
@@ -608,6 +629,7 @@ def reconcile_receiver(
         aggregation = aggregation_status(plan, applied)
         if aggregation is not None:
             status["aggregation"] = aggregation
+        _export_report(resource, plan, aggregation, children, conditions)
         # The topic after the children: a Kafka outage must not keep the Deployment from being fixed.
         topic = sync_topic(plan, topic_admin_for, resource.namespace)
     except StopReconcile as stop:
