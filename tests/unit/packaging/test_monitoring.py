@@ -120,21 +120,27 @@ def test_thresholds_replace_only_their_alerts_number(render: Render) -> None:
 def test_service_monitor_scrapes_the_receivers_with_their_job(render: Render) -> None:
     """Given serviceMonitor.enabled, Then it selects the operator's receiver Services in every namespace, on
     the OTLP port's /metrics, with job from app.kubernetes.io/name (kct-receiver, what the rules select);
-    listed namespaces, https and a tlsConfig follow the values."""
+    listed namespaces, the scheme and a tlsConfig follow the values; by default https (receivers serve TLS by
+    default), encrypted without verification (each issued receiver has its own CA)."""
     (monitor,) = of_kind(render(*ALL_ON), "ServiceMonitor")
     spec = monitor["spec"]
     assert spec["jobLabel"] == "app.kubernetes.io/name"
     assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/name": "kct-receiver",
                                                "app.kubernetes.io/managed-by": "kct-operator"}
     assert spec["namespaceSelector"] == {"any": True}
-    assert spec["endpoints"] == [{"port": "http-otlp", "path": "/metrics", "interval": "30s", "scheme": "http"}]
+    assert spec["endpoints"] == [{"port": "http-otlp", "path": "/metrics", "interval": "30s", "scheme": "https",
+                                  "tlsConfig": {"insecureSkipVerify": True}}]
     assert 'job="kct-receiver"' in RULES.read_text()
     (narrow,) = of_kind(render("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.namespaces={kafka}",
-                               "--set", "serviceMonitor.scheme=https",
-                               "--set", "serviceMonitor.tlsConfig.serverName=receiver.kafka.svc"), "ServiceMonitor")
+                               "--set", "serviceMonitor.tlsConfig.serverName=receiver.kafka.svc",
+                               "--set", "serviceMonitor.tlsConfig.insecureSkipVerify=false"), "ServiceMonitor")
     assert narrow["spec"]["namespaceSelector"] == {"matchNames": ["kafka"]}
     assert narrow["spec"]["endpoints"][0]["scheme"] == "https"
-    assert narrow["spec"]["endpoints"][0]["tlsConfig"] == {"serverName": "receiver.kafka.svc"}
+    assert narrow["spec"]["endpoints"][0]["tlsConfig"] == {"serverName": "receiver.kafka.svc",
+                                                           "insecureSkipVerify": False}
+    (plain,) = of_kind(render("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.scheme=http",
+                              "--set", "serviceMonitor.tlsConfig=null"), "ServiceMonitor")
+    assert plain["spec"]["endpoints"][0]["scheme"] == "http" and "tlsConfig" not in plain["spec"]["endpoints"][0]
 
 
 def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
