@@ -12,6 +12,7 @@ False with reason RolloutInProgress, which the tests check is what status says.
 from __future__ import annotations
 
 import base64
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -326,9 +327,10 @@ def test_rendered_config_runs_kct_receiver_locally(
     kubectl: Kubectl, stack: Any, operator: OperatorProcess, namespace: str, tmp_path: Path
 ) -> None:
     """Given the ConfigMap and token Secret the operator rendered, When the Deployment's own command runs as
-    a local process (config path, token file and port swapped for local ones, the token file holding the
-    Secret's key as the mounted volume would), Then
-    it serves /healthz, and a push without the token is refused (401) while the right token is not."""
+    a local process (config path, token file, serving certificate and port swapped for local ones, the files
+    holding the Secrets' keys as the mounted volumes would), Then it serves /healthz over TLS with the
+    certificate the operator issued (verified against the published CA bundle), and a push without the token
+    is refused (401) while the right token is not."""
     topic = unique("kct-tr-e2e")
     manifest = example_manifest(stack, topic={"name": topic, "partitions": 1}, aggregation={"enabled": False})
     manifest["metadata"]["name"] = "local"
@@ -348,11 +350,29 @@ def test_rendered_config_runs_kct_receiver_locally(
     local_token_dir.mkdir()
     (local_token_dir / item["path"]).write_text(token)
 
+    # The serving certificate the operator issued (TLS is on by default), laid out as kubelet mounts it.
+    tls_mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "tls")
+    tls_volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    serving = kubectl.get_json("secret", tls_volume["secret"]["secretName"], namespace)
+    local_tls_dir = tmp_path / "tls"
+    local_tls_dir.mkdir()
+    for tls_item in tls_volume["secret"]["items"]:
+        (local_tls_dir / tls_item["path"]).write_bytes(base64.b64decode(serving["data"][tls_item["key"]]))
+    bundle_ref = eventually(lambda: (kubectl.get_json("telemetryreceiver", "local", namespace).get("status") or {})
+                            .get("tls", {}).get("caBundleSecret"), what="status.tls.caBundleSecret")
+    bundle_name, _, bundle_key = bundle_ref.partition("/")  # `name/key`
+    bundle = kubectl.get_json("secret", bundle_name, namespace)
+    trust = ssl.create_default_context(cadata=base64.b64decode(bundle["data"][bundle_key]).decode())
+    trust.check_hostname = False  # the certificate names the Service; this process listens on 127.0.0.1
+
     config = yaml.safe_load(config_map["data"]["receiver.yaml"])
     port = free_port()
     config["listen"]["host"], config["listen"]["port"] = "127.0.0.1", port
     assert config["auth"]["bearerTokenFile"].startswith(token_mount + "/")
     config["auth"]["bearerTokenFile"] = config["auth"]["bearerTokenFile"].replace(token_mount, str(local_token_dir))
+    for key in ("certFile", "keyFile"):
+        assert config["listen"]["tls"][key].startswith(tls_mount + "/")
+        config["listen"]["tls"][key] = config["listen"]["tls"][key].replace(tls_mount, str(local_tls_dir))
     path = tmp_path / "receiver.yaml"
     path.write_text(yaml.safe_dump(config))
     command = [part.replace(mount, str(tmp_path)) for part in container["command"] + container["args"]]
@@ -365,24 +385,24 @@ def test_rendered_config_runs_kct_receiver_locally(
         def healthz() -> bool:
             assert proc.poll() is None, (tmp_path / "receiver.log").read_text()
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2, context=trust) as response:
                     return bool(response.status == 200)
             except OSError:
                 return False
 
         eventually(healthz, timeout=60, what="/healthz of the locally run receiver")
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/v1/metrics",
+            f"https://127.0.0.1:{port}/v1/metrics",
             data=b"",
             method="POST",
             headers={"Content-Type": "application/x-protobuf"},
         )
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(request, timeout=5)
+            urllib.request.urlopen(request, timeout=5, context=trust)
         assert refused.value.code == 401
         request.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(request, timeout=15) as response:
+            with urllib.request.urlopen(request, timeout=15, context=trust) as response:
                 code = response.status
         except urllib.error.HTTPError as error:
             code = error.code
