@@ -68,7 +68,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -899,7 +899,7 @@ class Demo:
         cms_lines = cms.splitlines()
         cms_header = cms_lines[0].split() if cms_lines else []
         cms_rows = [line.split(None, len(cms_header) - 1) for line in cms_lines[1:]]
-        sections = [
+        sections: list[tuple[str, str, list[str], Sequence[Sequence[object]]]] = [
             ("Subscriptions", f"kubectl get clientmetricssubscriptions -n {self.ns}: the configs on the broker "
              "(after narrowing) and the Ready condition",
              cms_header, cms_rows),
