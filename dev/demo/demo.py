@@ -24,8 +24,9 @@ Steps (each printed with its duration; the first failing step stops the run, cle
   6. real Kafka clients for `--duration` seconds: as pods on the node (dev/demo/client_pods.py), a producer
      Deployment `demo-shop-producer` (two librdkafka pods, our runtime image) and a consumer StatefulSet
      `demo-shop-consumer` (a Java kafka-clients pod, the kct-spark image), each with its pod's name as
-     client.id; and on the host, confluent-kafka producers and consumers each with its own client.id and
-     software name/version, against the node stack's Kafka (its loopback forwarder). All push their metrics
+     client.id, applied with the examples (step 4) and waited for until both workloads pushed; and on the
+     host, confluent-kafka producers and consumers each with its own client.id and software name/version,
+     against the node stack's Kafka (its loopback forwarder). All push their metrics
      through the broker plugin to the receiver's Service; the receiver attributes the pods' pushes to their
      pod and workload (the host clients' address is no pod's: unattributed)
   7. narrowing: the subscription's `match.clientId` is changed to one client, and pushes are counted
@@ -88,6 +89,7 @@ from clients import DEMO_CLIENTS, ClientFleet, ensure_topics  # noqa: E402
 from report import (  # noqa: E402
     CLIENT_HEADER,
     KEY_METRICS,
+    WORKLOAD_HEADER,
     Push,
     client_aggregates,
     client_rows,
@@ -117,7 +119,6 @@ NARROW_TO = "demo-orders-producer"
 CLIENT_PODS = "demo-shop"  # the client workloads' prefix: demo-shop-producer (Deployment), demo-shop-consumer
 CLIENT_PODS_TOPIC = "demo-orders"
 IMAGES = REPO / "dev" / "images" / "images.py"
-WORKLOAD_HEADER = ("workload", "pods", "software", "client ids", "pushes")
 SUBSCRIPTION_COLUMNS = "custom-columns=" + ",".join((
     "NAME:.metadata.name",
     "CLIENT_METRICS:.status.subscriptionName",
@@ -356,6 +357,10 @@ class Demo:
             self.kubectl("wait", "--for=condition=TopicReady", f"telemetryreceiver/{RECEIVER}", "-n", self.ns,
                          "--timeout=90s", timeout=100)
             log("    every ClientMetricsSubscription is Ready (configs on the broker); the receiver's topic exists")
+            # Started now, not with the host clients: a JVM compiling its client takes tens of seconds on a busy
+            # machine, which the receiver's start overlaps.
+            ensure_topics(self.env["KAFKA_BOOTSTRAP_SERVERS"], [CLIENT_PODS_TOPIC])
+            self._start_client_pods()
 
     def _rendered(self, key: str) -> dict[str, Any]:
         """The config file (ConfigMap key `key`) the operator rendered for the demo TelemetryReceiver."""
@@ -398,7 +403,10 @@ class Demo:
         with self.step(f"Kafka clients for {duration:.0f}s, as pods on the node and on the host (pushes every "
                        f"{self.interval_ms / 1000:.0f}s through the broker plugin)"):
             ensure_topics(self.env["KAFKA_BOOTSTRAP_SERVERS"], sorted({c.topic for c in DEMO_CLIENTS}))
-            self._start_client_pods()
+            t_pods = time.monotonic()
+            self.wait_for(self._client_pods_pushing, timeout=240,
+                          what="a push from each client workload's pods on the receiver's topic")
+            log(f"    pushes from both client workloads on the topic (waited {time.monotonic() - t_pods:.0f}s)")
             log(f"    on the host: {len(DEMO_CLIENTS)} confluent-kafka clients (not pods: their pushes stay "
                 "unattributed)")
             rows = [(c.client_id, c.role, f"{c.software_name} {c.software_version}", c.topic,
@@ -773,10 +781,18 @@ class Demo:
             self._files_summary(say, report)
             return ok
 
+    def _client_workloads(self) -> dict[str, str]:
+        """The client pods' workload names -> how `workload_of` names them."""
+        return {f"{CLIENT_PODS}-producer": f"Deployment {self.ns}/{CLIENT_PODS}-producer",
+                f"{CLIENT_PODS}-consumer": f"StatefulSet {self.ns}/{CLIENT_PODS}-consumer"}
+
+    def _client_pods_pushing(self) -> bool:
+        seen = {p.workload for p in self.read_topic()}
+        return all(w in seen for w in self._client_workloads().values())
+
     def _client_pods_attributed(self, pushes: list[Push], say: Any) -> bool:
         """Every push from a client pod (its client.id is its pod's name) attributed to that pod and its workload."""
-        expected = {f"{CLIENT_PODS}-producer": f"Deployment {self.ns}/{CLIENT_PODS}-producer",
-                    f"{CLIENT_PODS}-consumer": f"StatefulSet {self.ns}/{CLIENT_PODS}-consumer"}
+        expected = self._client_workloads()
         mine = [p for p in pushes if p.client_id.startswith(f"{CLIENT_PODS}-")]
 
         def owner(client_id: str) -> str | None:

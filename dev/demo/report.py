@@ -18,6 +18,7 @@ from typing import Any
 __all__ = [
     "CLIENT_HEADER",
     "KEY_METRICS",
+    "WORKLOAD_HEADER",
     "Push",
     "Series",
     "client_aggregates",
@@ -67,6 +68,9 @@ def workload_of(resource: Mapping[str, str]) -> str:
             return f"{kind} {namespace}/{resource[key]}"
     pod = resource.get("k8s.pod.name")
     return f"Pod {namespace}/{pod}" if pod else ""
+
+
+WORKLOAD_HEADER = ("workload", "pods", "software", "client ids", "pushes")
 
 
 def workload_rows(pushes: Iterable[Push]) -> list[tuple[str, int, str, str, int]]:

@@ -49,9 +49,9 @@ class NodeStack:
         assert proc.returncode == 0, f"ctr {' '.join(args)} failed: {proc.stderr}"
         return proc.stdout
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60) -> str:
         proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
-                              capture_output=True, text=True, timeout=60, check=False)
+                              capture_output=True, text=True, timeout=timeout, check=False)
         if check:
             assert proc.returncode == 0, f"kubectl {' '.join(args)} failed: {proc.stderr}"
         return proc.stdout

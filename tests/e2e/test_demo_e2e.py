@@ -138,7 +138,7 @@ def demo_removed_afterwards(node_stack: NodeStack) -> Iterator[None]:
     node_stack.kubectl("delete", "deployments,statefulsets,services,configmaps", "-l", selector(demo.CLIENT_PODS),
                        "-n", demo.NAMESPACE, "--wait=false", check=False)
     node_stack.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", demo.NAMESPACE,
-                       "--wait", "--timeout=90s", check=False)
+                       "--wait", "--timeout=90s", check=False, timeout=120)  # kubectl's own 90 s, then ours
     access = spark_on_node.NodeAccess.from_env_file()
     spark_on_node.uninstall(access, spark_on_node.install_record(access, demo.NAMESPACE, spark_on_node.RELEASE))
     subprocess.run([*spark_on_node.helm(access), "uninstall", demo.RELEASE, "-n", demo.RELEASE_NAMESPACE, "--wait"],
