@@ -102,7 +102,7 @@ node-status:  ## what the node stack runs
 
 # The demo's aggregation runs on the node (kct-spark image from `images`, the spark-operator's image and
 # chart from `spark-operator`); spark-jars serves its local mode (DEMO_ARGS=--local-aggregation).
-demo: venv spark-jars images spark-operator  ## the whole system on the node stack: operator (Helm), receiver and the spark-operator's SparkApplication as pods, real clients; summary + HTML report (KEEP=1 keeps the stack)
+demo: venv spark-jars images spark-operator  ## the whole system on the node stack: operator (Helm), receiver, the spark-operator's SparkApplication and Kafka clients as pods; summary + HTML report (KEEP=1 keeps the stack)
 	$(VPY) dev/demo/demo.py $(if $(filter 1,$(KEEP)),--keep-stack) $(DEMO_ARGS)
 
 bench: venv spark-jars  ## the benchmarks with quick settings, one table of figures written to docs/benchmarks/results.md (BENCH_ARGS=--full: the scripts' defaults)

@@ -21,9 +21,14 @@ Steps (each printed with its duration; the first failing step stops the run, cle
      to our images): the operator renders its SparkApplication, the spark-operator starts a driver pod, the
      driver an executor pod
   5. the TelemetryReceiver Ready=True: its Deployment's pods run on the node
-  6. real confluent-kafka producers and consumers for `--duration` seconds, each with its own
-     client.id and software name/version, on the host against the node stack's Kafka (its loopback
-     forwarder); librdkafka pushes their metrics through the broker plugin to the receiver's Service
+  6. real Kafka clients for `--duration` seconds: as pods on the node (dev/demo/client_pods.py), a producer
+     Deployment `demo-shop-producer` (two librdkafka pods, our runtime image) and a consumer StatefulSet
+     `demo-shop-consumer` (a Java kafka-clients pod, the kct-spark image), each with its pod's name as
+     client.id, applied with the examples (step 4) and waited for until both workloads pushed; and on the
+     host, confluent-kafka producers and consumers each with its own client.id and software name/version,
+     against the node stack's Kafka (its loopback forwarder). All push their metrics
+     through the broker plugin to the receiver's Service; the receiver attributes the pods' pushes to their
+     pod and workload (the host clients' address is no pod's: unattributed)
   7. narrowing: the subscription's `match.clientId` is changed to one client, and pushes are counted
      per client id in the topic after one push interval: only that client may still push
   8. the aggregation on the node: wait (`--aggregate-timeout`) until the Parquet the executor writes to the
@@ -65,11 +70,13 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -79,16 +86,22 @@ sys.path.insert(0, str(REPO / "dev" / "stack"))
 import aggregation_view as agg_view  # noqa: E402
 import prometheus_view as prom_view  # noqa: E402
 import spark_on_node  # noqa: E402  (dev/stack: the spark-operator on the node, shared with its e2e test)
+from client_pods import ClientPods, as_list, render_client_pods, selector  # noqa: E402
 from clients import DEMO_CLIENTS, ClientFleet, ensure_topics  # noqa: E402
 from report import (  # noqa: E402
+    CLIENT_HEADER,
     KEY_METRICS,
+    WORKLOAD_HEADER,
     Push,
     client_aggregates,
+    client_rows,
     format_table,
     html_report,
     metric_series,
     svg_line_chart,
     svg_push_timeline,
+    workload_of,
+    workload_rows,
 )
 
 KCT = REPO / ".venv" / "bin" / "kct"
@@ -106,6 +119,9 @@ SPARK_PODS = "spark-role"  # the label Spark on Kubernetes puts on its driver an
 TOKEN_SECRET = "demo-push-token"  # referenced by examples/demo/telemetryreceiver.yaml
 KAFKA_SECRET = "demo-kafka-client"  # --kafka-sasl: the node broker's SASL_SSL user and CA, one property per key
 NARROW_TO = "demo-orders-producer"
+CLIENT_PODS = "demo-shop"  # the client workloads' prefix: demo-shop-producer (Deployment), demo-shop-consumer
+CLIENT_PODS_TOPIC = "demo-orders"
+IMAGES = REPO / "dev" / "images" / "images.py"
 SUBSCRIPTION_COLUMNS = "custom-columns=" + ",".join((
     "NAME:.metadata.name",
     "CLIENT_METRICS:.status.subscriptionName",
@@ -353,6 +369,10 @@ class Demo:
             self.kubectl("wait", "--for=condition=TopicReady", f"telemetryreceiver/{RECEIVER}", "-n", self.ns,
                          "--timeout=90s", timeout=100)
             log("    every ClientMetricsSubscription is Ready (configs on the broker); the receiver's topic exists")
+            # Started now, not with the host clients: a JVM compiling its client takes tens of seconds on a busy
+            # machine, which the receiver's start overlaps.
+            ensure_topics(self.env["KAFKA_BOOTSTRAP_SERVERS"], [CLIENT_PODS_TOPIC])
+            self._start_client_pods()
 
     def _kafka_sasl_secret(self) -> dict[str, Any]:
         """The Secret of the node broker's SASL_SSL user (build/node-stack.env names its files); the spec.kafka
@@ -427,13 +447,19 @@ class Demo:
 
     def clients(self) -> None:
         duration = float(self.args.duration)
-        with self.step(f"{len(DEMO_CLIENTS)} confluent-kafka clients for {duration:.0f}s (pushes every "
+        with self.step(f"Kafka clients for {duration:.0f}s, as pods on the node and on the host (pushes every "
                        f"{self.interval_ms / 1000:.0f}s through the broker plugin)"):
+            ensure_topics(self.env["KAFKA_BOOTSTRAP_SERVERS"], sorted({c.topic for c in DEMO_CLIENTS}))
+            t_pods = time.monotonic()
+            self.wait_for(self._client_pods_pushing, timeout=240,
+                          what="a push from each client workload's pods on the receiver's topic")
+            log(f"    pushes from both client workloads on the topic (waited {time.monotonic() - t_pods:.0f}s)")
+            log(f"    on the host: {len(DEMO_CLIENTS)} confluent-kafka clients (not pods: their pushes stay "
+                "unattributed)")
             rows = [(c.client_id, c.role, f"{c.software_name} {c.software_version}", c.topic,
                      f"{c.rate:.0f} msg/s" if c.role == "producer" else f"group {c.group}") for c in DEMO_CLIENTS]
             for line in format_table(["client.id", "role", "client.software", "topic", "load"], rows).splitlines():
                 log("    " + line)
-            ensure_topics(self.env["KAFKA_BOOTSTRAP_SERVERS"], sorted({c.topic for c in DEMO_CLIENTS}))
             self.fleet = ClientFleet(self.env["KAFKA_BOOTSTRAP_SERVERS"], log_file=self.logs / "clients.log")
             self.fleet.start()
             self.fleet_started = time.time()
@@ -450,6 +476,31 @@ class Demo:
                 consumed = sum(c.consumed for c in self.fleet.counters.values())
                 log(f"    t+{time.monotonic() - t0:3.0f}s  produced {produced}  consumed {consumed}  "
                     f"pushes stored {self._receiver_pushes()}{self._spark_progress()}")
+
+    def _java_image(self) -> str:
+        """The kct-spark image (Java, kafka-clients) on the node: the spark-operator step imported it, else (local
+        aggregation) it is imported here."""
+        if self.spark is not None:
+            return self.spark.job_image
+        proc = subprocess.run([sys.executable, str(IMAGES), "plan", "kct-spark"], capture_output=True, text=True,
+                              timeout=120, check=False)
+        archive, _, reference = proc.stdout.strip().rpartition("\n")[2].partition("\t")
+        if proc.returncode != 0 or not reference or not Path(archive).is_file():
+            raise DemoError("no kct-spark image for these sources (the Java client pod runs it): run `make images`")
+        spark_on_node.import_image(self._access(), Path(archive), reference)
+        return reference
+
+    def client_pods(self) -> ClientPods:
+        return ClientPods(namespace=self.ns, name=CLIENT_PODS, bootstrap=self.env["KCT_NODE_KAFKA_POD_BOOTSTRAP"],
+                          topic=CLIENT_PODS_TOPIC, librdkafka_image=self.env["KCT_NODE_KCT_IMAGE"],
+                          java_image=self._java_image())
+
+    def _start_client_pods(self) -> None:
+        pods = self.client_pods()
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(as_list(render_client_pods(pods))))
+        log(f"    pods: Deployment {pods.name}-producer ({pods.producer_replicas} librdkafka pods, "
+            f"{pods.rate_per_s:.0f} msg/s each) and StatefulSet {pods.name}-consumer ({pods.consumer_replicas} Java "
+            f"kafka-clients pod) on topic {pods.topic}; client.id = the pod's name")
 
     def _fleet_ok(self) -> None:
         assert self.fleet is not None
@@ -634,6 +685,7 @@ class Demo:
                     source=f"{h.get('client_source_address', '')}:{h.get('client_source_port', '')}",
                     data_points=int(h.get("kct.data_points", "0") or 0),
                     terminating=h.get("terminating") == "true",
+                    **_attribution(msg.value() or b""),
                 ))
             return sorted(pushes, key=lambda p: p.received_ms)
         finally:
@@ -724,23 +776,21 @@ class Demo:
             if not self.local:
                 ok = self._aggregation_summary(say) and ok
                 say("")
-            by_instance: dict[str, list[Push]] = {}
-            for p in pushes:
-                by_instance.setdefault(p.client_instance_id, []).append(p)
-            client_rows = []
-            for iid, ps in sorted(by_instance.items(), key=lambda kv: kv[1][0].client_id):
-                last = ps[-1]
-                client_rows.append((iid, last.client_id, f"{last.software_name} {last.software_version}",
-                                    last.principal, last.source, len(ps), sum(p.data_points for p in ps),
-                                    "yes" if any(p.terminating for p in ps) else "no"))
-            say(f"Clients seen (from the {len(pushes)} pushes stored in topic {self.topic} during this run)")
-            clients_header = ["client instance id", "client id", "software", "principal", "source", "pushes",
-                              "points", "terminated"]
-            say(_indent(format_table(clients_header, client_rows)))
+            say("Workloads (the receiver's attribution: the pod that held each push's source address, and its "
+                "owner; from the records' resource attributes)")
+            say(_indent(format_table(WORKLOAD_HEADER, workload_rows(pushes))))
+            ok = self._client_pods_attributed(pushes, say) and ok
             say("")
-            aggs = client_aggregates(rows, demo_ids)
+            seen = client_rows(pushes)
+            say(f"Clients seen (from the {len(pushes)} pushes stored in topic {self.topic} during this run)")
+            clients_header = list(CLIENT_HEADER)
+            say(_indent(format_table(clients_header, seen)))
+            say("")
+            workload_by_client = {p.client_id: p.workload for p in pushes}
+            pod_ids = sorted({p.client_id for p in pushes if p.client_id.startswith(f"{CLIENT_PODS}-")})
+            aggs = client_aggregates(rows, [*demo_ids, *pod_ids])
             rates = {c.client_id: c for c in DEMO_CLIENTS}
-            agg_header = ["client id", "msg/s", "windows", "points", "metrics",
+            agg_header = ["workload", "client id", "msg/s", "windows", "points", "metrics",
                           *[title for title, _, _ in KEY_METRICS]]
             agg_rows = []
             assert self.fleet is not None
@@ -749,11 +799,15 @@ class Demo:
                 c = self.fleet.counters[cid]
                 msgs = (c.produced if rates[cid].role == "producer" else c.consumed) / elapsed
                 a = aggs[cid]
-                agg_rows.append((cid, f"{msgs:.0f}", a["windows"], a["points"], a["metrics"],
+                agg_rows.append((workload_by_client.get(cid, ""), cid, f"{msgs:.0f}", a["windows"], a["points"],
+                                 a["metrics"], *[a[title] for title, _, _ in KEY_METRICS]))
+            for cid in pod_ids:  # the pods' message counts are theirs, not the demo's
+                a = aggs[cid]
+                agg_rows.append((workload_by_client[cid], cid, "", a["windows"], a["points"], a["metrics"],
                                  *[a[title] for title, _, _ in KEY_METRICS]))
             by = "`kct aggregate`, local mode" if self.local else "the SparkApplication's executor on the node"
             say(f"Per-client aggregates ({_rel(self.out / 'aggregates' / 'client_metrics')}, written by {by}; "
-                "10 s windows; latencies in ms from the clients' own telemetry; msg/s counted by the demo clients)")
+                "10 s windows; latencies in ms from the clients' own telemetry; msg/s counted by the host clients)")
             say(_indent(format_table(agg_header, agg_rows)))
             empty = [cid for cid in demo_ids if aggs[cid]["windows"] == "0"]
             if empty:
@@ -784,12 +838,42 @@ class Demo:
             if not all(r[-1] == "ok" for r in narrow_rows):
                 self.failures.append("narrowing: a client other than the chosen one kept pushing, or it stopped")
             report = self.out / "report.html"
-            report.write_text(self._html(pushes, rows, cms, client_rows, clients_header, agg_header, agg_rows,
+            report.write_text(self._html(pushes, rows, cms, seen, clients_header, agg_header, agg_rows,
                                          narrow_rows))
             (self.out / "summary.txt").write_text("\n".join(text) + "\n")
             say("")
             self._files_summary(say, report)
             return ok
+
+    def _client_workloads(self) -> dict[str, str]:
+        """The client pods' workload names -> how `workload_of` names them."""
+        return {f"{CLIENT_PODS}-producer": f"Deployment {self.ns}/{CLIENT_PODS}-producer",
+                f"{CLIENT_PODS}-consumer": f"StatefulSet {self.ns}/{CLIENT_PODS}-consumer"}
+
+    def _client_pods_pushing(self) -> bool:
+        seen = {p.workload for p in self.read_topic()}
+        return all(w in seen for w in self._client_workloads().values())
+
+    def _client_pods_attributed(self, pushes: list[Push], say: Any) -> bool:
+        """Every push from a client pod (its client.id is its pod's name) attributed to that pod and its workload."""
+        expected = self._client_workloads()
+        mine = [p for p in pushes if p.client_id.startswith(f"{CLIENT_PODS}-")]
+
+        def owner(client_id: str) -> str | None:
+            return next((w for name, w in expected.items() if client_id.startswith(f"{name}-")), None)
+
+        wrong = [p for p in mine if p.pod != f"{self.ns}/{p.client_id}" or p.workload != owner(p.client_id)]
+        silent = [w for w in expected.values() if w not in {p.workload for p in mine}]
+        if wrong or silent:
+            problem = (f"{len(wrong)} of {len(mine)} pushes from the client pods not attributed to their own pod "
+                       f"and workload (e.g. {wrong[0].client_id} -> {wrong[0].workload or 'none'})" if wrong else
+                       f"no attributed pushes from {', '.join(silent)}")
+            self.failures.append(problem)
+            say(f"    FAIL: {problem}")
+            return False
+        say(f"    every one of the {len(mine)} pushes from the {len({p.client_id for p in mine})} client pods is "
+            "attributed to its own pod and workload")
+        return True
 
     def _files_summary(self, say: Any, report: Path) -> None:
         say("Files")
@@ -928,10 +1012,12 @@ class Demo:
         cms_lines = cms.splitlines()
         cms_header = cms_lines[0].split() if cms_lines else []
         cms_rows = [line.split(None, len(cms_header) - 1) for line in cms_lines[1:]]
-        sections = [
+        sections: list[tuple[str, str, list[str], Sequence[Sequence[object]]]] = [
             ("Subscriptions", f"kubectl get clientmetricssubscriptions -n {self.ns}: the configs on the broker "
              "(after narrowing) and the Ready condition",
              cms_header, cms_rows),
+            ("Workloads", "the receiver's attribution: the pod that held each push's source address, and its owner",
+             list(WORKLOAD_HEADER), workload_rows(pushes)),
             ("Clients seen", f"{len(pushes)} pushes stored in topic {self.topic}", clients_header, client_rows),
             *self.spark_sections,
             ("Per-client aggregates", ("kct aggregate (local mode)" if self.local else "the SparkApplication on the "
@@ -956,6 +1042,8 @@ class Demo:
         remove = self.args.remove_resources or not keep
         if remove and self.helm:
             # the operator removes the broker configs and the demo topic (deleteOnRemoval) on deletion
+            self.kubectl("delete", "deployments,statefulsets,services,configmaps", "-l", selector(CLIENT_PODS),
+                         "-n", self.ns, "--wait=false", check=False)
             self.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", self.ns,
                          "--wait", "--timeout=90s", check=False, timeout=120)
             if self.spark is not None:
@@ -981,13 +1069,13 @@ class Demo:
         if not self.helm:
             return
         sources = [("operator", RELEASE_NAMESPACE, f"app.kubernetes.io/instance={RELEASE}"),
-                   ("receiver", self.ns, RECEIVER_PODS)]
+                   ("receiver", self.ns, RECEIVER_PODS), ("client-pods", self.ns, selector(CLIENT_PODS))]
         if self.spark is not None:
             sources += [("spark", self.ns, SPARK_PODS),
                         ("spark-operator", self.spark.release_namespace,
                          f"app.kubernetes.io/instance={self.spark.release}")]
-        for name, namespace, selector in sources:
-            out = self.kubectl("logs", "-n", namespace, "-l", selector, "--all-containers", "--prefix",
+        for name, namespace, labels in sources:
+            out = self.kubectl("logs", "-n", namespace, "-l", labels, "--all-containers", "--prefix",
                                "--tail=-1", check=False, timeout=60)
             (self.logs / f"{name}.log").write_text(out)
 
@@ -1030,6 +1118,18 @@ class Demo:
             return 0
         log(f"demo FAILED after {total:.0f}s: " + "; ".join(self.failures))
         return 1
+
+
+def _attribution(value: bytes) -> dict[str, str]:
+    """`workload` and `pod` of a push, from the resource attributes the receiver's attribution added to the record
+    (both "" when it added none)."""
+    try:
+        request = ExportMetricsServiceRequest.FromString(value)
+    except DecodeError:
+        return {}
+    resource = {a.key: a.value.string_value for rm in request.resource_metrics for a in rm.resource.attributes}
+    pod = resource.get("k8s.pod.name", "")
+    return {"workload": workload_of(resource), "pod": f"{resource.get('k8s.namespace.name', '')}/{pod}" if pod else ""}
 
 
 def _rel(path: Path) -> str:

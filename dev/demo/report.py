@@ -16,15 +16,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CLIENT_HEADER",
     "KEY_METRICS",
+    "WORKLOAD_HEADER",
     "Push",
     "Series",
     "client_aggregates",
+    "client_rows",
     "format_table",
     "html_report",
     "metric_series",
     "svg_line_chart",
     "svg_push_timeline",
+    "workload_of",
+    "workload_rows",
 ]
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -43,6 +48,63 @@ class Push:
     source: str
     data_points: int
     terminating: bool
+    workload: str = ""   # `workload_of` the record's resource attributes: "" when the receiver attributed none
+    pod: str = ""        # k8s.namespace.name/k8s.pod.name, "" likewise
+
+
+# The owner attributes the receiver's attribution adds (OpenTelemetry semantic conventions), outermost first:
+# a Deployment's pod also has k8s.replicaset.name, a CronJob's also k8s.job.name.
+_OWNERS = (("k8s.deployment.name", "Deployment"), ("k8s.statefulset.name", "StatefulSet"),
+           ("k8s.daemonset.name", "DaemonSet"), ("k8s.cronjob.name", "CronJob"), ("k8s.job.name", "Job"),
+           ("k8s.replicaset.name", "ReplicaSet"))
+
+
+def workload_of(resource: Mapping[str, str]) -> str:
+    """`Deployment shop/orders` from a push's resource attributes; `Pod ns/name` for a pod without an owner; ""
+    when the push was not attributed (a client outside the cluster, behind SNAT, or on a hostNetwork pod)."""
+    namespace = resource.get("k8s.namespace.name", "")
+    for key, kind in _OWNERS:
+        if resource.get(key):
+            return f"{kind} {namespace}/{resource[key]}"
+    pod = resource.get("k8s.pod.name")
+    return f"Pod {namespace}/{pod}" if pod else ""
+
+
+WORKLOAD_HEADER = ("workload", "pods", "software", "client ids", "pushes")
+
+
+def workload_rows(pushes: Iterable[Push]) -> list[tuple[str, int, str, str, int]]:
+    """One row per workload: (workload, pods, software names, client ids, pushes); unattributed pushes last,
+    as `- (not attributed: outside the cluster)`."""
+    groups: dict[str, list[Push]] = defaultdict(list)
+    for push in pushes:
+        groups[push.workload].append(push)
+    rows = []
+    for workload, group in sorted(groups.items(), key=lambda kv: (kv[0] == "", kv[0])):
+        ids = sorted({p.client_id for p in group})
+        rows.append((workload or "- (not attributed: outside the cluster)", len({p.pod for p in group if p.pod}),
+                     ", ".join(sorted({p.software_name for p in group})),
+                     ", ".join(ids) if len(ids) <= 3 else f"{len(ids)} client ids", len(group)))
+    return rows
+
+
+CLIENT_HEADER = ("workload", "pod", "client id", "software", "source", "pushes", "points", "terminated", "instance")
+
+
+def client_rows(pushes: Iterable[Push]) -> list[tuple[str, str, str, str, str, int, int, str, str]]:
+    """One row per client instance (CLIENT_HEADER), attributed workloads first, then by client id; the instance
+    id shortened to 8 characters (the workload and pod say who it is)."""
+    by_instance: dict[str, list[Push]] = defaultdict(list)
+    for push in pushes:
+        by_instance[push.client_instance_id].append(push)
+    rows = []
+    for iid, group in sorted(by_instance.items(),
+                             key=lambda kv: (kv[1][-1].workload == "", kv[1][-1].workload, kv[1][0].client_id)):
+        last = group[-1]
+        rows.append((last.workload, last.pod.rpartition("/")[2], last.client_id,
+                     f"{last.software_name} {last.software_version}", last.source, len(group),
+                     sum(p.data_points for p in group), "yes" if any(p.terminating for p in group) else "no", iid[:8]))
+    return rows
 
 
 @dataclass

@@ -3,9 +3,10 @@ conftest.py).
 
 - `NodeStack`: where `stack.py node-up` put things (build/node-stack.env), and `kubectl`/`get` against it.
 - `Release`: a Helm release of helm/kct on the node stack, and `helm` with its kubeconfig.
-- `telemetry_receiver(...)`: a TelemetryReceiver with our image and one replica; `wait_ready(...)`, which for
-  the receiver the broker plugin posts to also writes its CA bundle where the plugin reads it
+- `telemetry_receiver(...)`: a TelemetryReceiver with our image (one replica unless told); `wait_ready(...)`, which
+  for the receiver the broker plugin posts to also writes its CA bundle where the plugin reads it
   (`publish_receiver_ca`).
+- `java_image(stack)`: the kct-spark image (Java, kafka-clients) in the node's containerd, for client pods.
 - `in_node(stack, script, *args)`: a Python script run in the node's network namespace (where ClusterIPs and
   pod addresses answer), its stdout.
 """
@@ -22,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from helpers import eventually
+from preconditions import missing_precondition
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = [sys.executable, str(REPO / "dev" / "stack" / "stack.py")]
 NODE_ENV = REPO / "build" / "node-stack.env"
 CHART = REPO / "helm" / "kct"
 TOOLS = REPO / "dev" / "tools" / "tools.py"
+IMAGES = REPO / "dev" / "images" / "images.py"
 
 
 @dataclass(frozen=True)
@@ -44,16 +47,16 @@ class NodeStack:
     receiver_ca_file: Path     # the CA bundle it trusts (kct.telemetry.tls.ca.file): see publish_receiver_ca
     containerd_socket: Path    # the node's containerd (`ctr --address`), in the node's namespaces
 
-    def ctr(self, *args: str) -> str:
+    def ctr(self, *args: str, timeout: float = 120) -> str:
         """`ctr` against the node's containerd, in the CRI's image namespace (the images pods run from)."""
         proc = subprocess.run([*self.node_exec, "ctr", f"--address={self.containerd_socket}", "--namespace=k8s.io",
-                               *args], capture_output=True, text=True, timeout=120, check=False)
+                               *args], capture_output=True, text=True, timeout=timeout, check=False)
         assert proc.returncode == 0, f"ctr {' '.join(args)} failed: {proc.stderr}"
         return proc.stdout
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60) -> str:
         proc = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
-                              capture_output=True, text=True, timeout=60, check=False)
+                              capture_output=True, text=True, timeout=timeout, check=False)
         if check:
             assert proc.returncode == 0, f"kubectl {' '.join(args)} failed: {proc.stderr}"
         return proc.stdout
@@ -123,7 +126,7 @@ def chart_values(stack: NodeStack) -> list[str]:
 
 
 def telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, token_secret: str | None = None,
-                       ) -> dict[str, Any]:
+                       replicas: int = 1) -> dict[str, Any]:
     auth: dict[str, Any] = {"enabled": True}
     if token_secret is not None:
         auth["tokenSecretRef"] = {"name": token_secret, "key": "token"}
@@ -131,11 +134,24 @@ def telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, t
         "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "TelemetryReceiver",
         "metadata": {"name": "telemetry", "namespace": namespace},
         "spec": {
-            "image": image, "imagePullPolicy": "Never", "replicas": 1, "autoscaling": {"enabled": False},
+            "image": image, "imagePullPolicy": "Never", "replicas": replicas, "autoscaling": {"enabled": False},
             "receiver": {"auth": auth}, "kafka": {"bootstrapServers": bootstrap},
             "topic": {"name": topic, "partitions": 1, "replicationFactor": 1, "deleteOnRemoval": True},
         },
     }
+
+
+def java_image(stack: NodeStack) -> str:
+    """The kct-spark image for these sources (`make images`: Java, kafka-clients under /opt/spark/jars) in the
+    node's containerd, imported unless there (the Spark tests and the demo import the same one)."""
+    proc = subprocess.run([sys.executable, str(IMAGES), "plan", "kct-spark"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    archive, _, reference = proc.stdout.strip().rpartition("\n")[2].partition("\t")
+    if proc.returncode != 0 or not reference or not Path(archive).is_file():
+        missing_precondition("no kct-spark image for these sources: run `make images`")
+    if reference not in stack.ctr("images", "list", "--quiet").split():
+        stack.ctr("images", "import", archive, timeout=900)
+    return reference
 
 
 def ready_condition(stack: NodeStack, namespace: str) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """`make demo`, shortened: the whole system on the node stack with real pods and real clients (a few minutes).
 
 Runs dev/demo/demo.py as a user would (the operator installed with Helm, the TelemetryReceiver's pods, the
-spark-operator running the receiver's SparkApplication as driver and executor pods, confluent-kafka clients,
-narrowing, aggregates read from the claim's volume, report), with 20 s of traffic instead of 60, and Kafka
+spark-operator running the receiver's SparkApplication as driver and executor pods, Kafka clients as pods and on
+the host, narrowing, aggregates read from the claim's volume, report), with 20 s of traffic instead of 60, and Kafka
 secured (`--kafka-sasl`: the receiver and the subscription name the broker's SASL_SSL listener with a Secret, so
 the operator's admin, the receiver pods' producers and the Spark pods' Kafka source all connect through SASL_SSL),
 on the session's node stack (the `node_stack` fixture: started if needed, kept for the rest of the session). Needs
@@ -30,6 +30,7 @@ import pytest
 from aggregation_support import read_table
 from helpers import eventually
 from node_support import NODE_ENV, RECEIVER_TLS, NodeStack, env_file, in_node
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
@@ -40,6 +41,7 @@ IMAGES = REPO / "dev" / "images" / "images.py"
 sys.path.insert(0, str(DEMO.parent))
 import demo  # noqa: E402  (dev/demo is not a package: its names, not its verdicts)
 import spark_on_node  # noqa: E402  (dev/stack, put on the path by demo)
+from client_pods import CLIENT_SOFTWARE, selector  # noqa: E402
 from clients import DEMO_CLIENTS  # noqa: E402
 
 APPLICATION = "telemetry-aggregation"  # the SparkApplication the operator renders for TelemetryReceiver telemetry
@@ -79,8 +81,9 @@ def _running_on(pod: dict[str, Any], node: str, image: str) -> bool:
                 and not pod["metadata"].get("deletionTimestamp"))
 
 
-def _records(bootstrap: str, topic: str) -> list[dict[str, str]]:
-    """The headers of every record in `topic`, read from the start to the end it had when asked."""
+def _records(bootstrap: str, topic: str) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """The headers and the resource attributes of every record in `topic`, read from the start to the end it had
+    when asked."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kct-e2e-demo-check",
@@ -95,7 +98,9 @@ def _records(bootstrap: str, topic: str) -> list[dict[str, str]]:
             msg = consumer.poll(1.0)
             if msg is None or msg.error():
                 continue
-            out.append({k: v.decode() for k, v in msg.headers() or []})
+            request = ExportMetricsServiceRequest.FromString(msg.value())
+            resource = {a.key: a.value.string_value for rm in request.resource_metrics for a in rm.resource.attributes}
+            out.append(({k: v.decode() for k, v in msg.headers() or []}, resource))
             if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
                 left.discard(msg.partition() or 0)
         assert not left, f"partitions {sorted(left)} of {topic} not read to their end"
@@ -132,8 +137,10 @@ def _epoch(rfc3339: str) -> float:
 def demo_removed_afterwards(node_stack: NodeStack) -> Iterator[None]:
     """What `--remove-resources` does at the end of a demo, once the test has read what the demo left."""
     yield
+    node_stack.kubectl("delete", "deployments,statefulsets,services,configmaps", "-l", selector(demo.CLIENT_PODS),
+                       "-n", demo.NAMESPACE, "--wait=false", check=False)
     node_stack.kubectl("delete", "clientmetricssubscriptions,telemetryreceivers", "--all", "-n", demo.NAMESPACE,
-                       "--wait", "--timeout=90s", check=False)
+                       "--wait", "--timeout=90s", check=False, timeout=120)  # kubectl's own 90 s, then ours
     access = spark_on_node.NodeAccess.from_env_file()
     spark_on_node.uninstall(access, spark_on_node.install_record(access, demo.NAMESPACE, spark_on_node.RELEASE))
     subprocess.run([*spark_on_node.helm(access), "uninstall", demo.RELEASE, "-n", demo.RELEASE_NAMESPACE, "--wait"],
@@ -151,8 +158,9 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     SparkApplication RUNNING with a driver and an executor pod of our kct-spark image on the node and the
     receiver's status.aggregation RUNNING, and the narrowed match applied; the receiver pods counted the pushes
     and the topic holds a push from every demo client, after the narrowing only from the chosen one; the
-    Parquet has rows with data points for every demo client; and the HTML report has inline SVG plots and the
-    Spark pods."""
+    Parquet has rows with data points for every demo client; every push of the client pods (a Deployment on
+    librdkafka, a StatefulSet on the Java client) is attributed to its own pod and workload, the host clients'
+    to none; and the HTML report has inline SVG plots, the Spark pods and the client workloads."""
     if node_stack.kct_image is None:
         missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
     job_image = _job_image()
@@ -199,7 +207,7 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     records = _records(node_stack.kafka_bootstrap, topic)
     assert counted > 0 and records, (counted, len(records))  # pods that restarted count from 0 again
     pushed_at: dict[str, list[float]] = defaultdict(list)
-    for headers in records:
+    for headers, _ in records:
         pushed_at[headers.get("client_id", "")].append(int(headers["kct.received_ms"]) / 1000)
     patched = _patched_at(_get(node_stack, "clientmetricssubscription", demo.SUBSCRIPTION, "--show-managed-fields"))
     narrowed = _applied_at(node_stack, patched) + SETTLE_S
@@ -212,6 +220,25 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
         else:
             assert not later, f"{client.client_id} kept pushing after the narrowing: {len(later)} pushes"
 
+    # The receiver's attribution: every push from a client pod names that pod (its client.id is its pod's name),
+    # with its uid while it runs, and its Deployment or StatefulSet; both client software names pushed.
+    client_pods = {p["metadata"]["name"]: p
+                   for p in _get(node_stack, "pods", "-l", selector(demo.CLIENT_PODS))["items"]}
+    owners = {f"{demo.CLIENT_PODS}-producer": "k8s.deployment.name",
+              f"{demo.CLIENT_PODS}-consumer": "k8s.statefulset.name"}
+    from_pods = [(h, r) for h, r in records if h.get("client_id", "").startswith(f"{demo.CLIENT_PODS}-")]
+    for headers, resource in from_pods:
+        name = headers["client_id"]
+        (workload,) = [w for w in owners if name.startswith(f"{w}-")]
+        assert (resource.get("k8s.namespace.name"), resource.get("k8s.pod.name"), resource.get(owners[workload])) == (
+            demo.NAMESPACE, name, workload), (name, resource)
+        if name in client_pods:
+            assert resource.get("k8s.pod.uid") == client_pods[name]["metadata"]["uid"], (name, resource)
+    assert {r.get(key) for _, r in from_pods for key in owners.values()} >= set(owners), "a workload never pushed"
+    assert {h.get("client_software_name") for h, _ in from_pods} == set(CLIENT_SOFTWARE.values())
+    assert not [h["client_id"] for h, r in records if h.get("client_id") in {c.client_id for c in DEMO_CLIENTS}
+                and "k8s.pod.name" in r]  # the host's clients are no pod's: unattributed
+
     # The Parquet the executor wrote to the claim, as the demo copied it.
     points: dict[str, int] = defaultdict(int)
     for row in read_table(out / "aggregates", "client_metrics"):
@@ -222,4 +249,6 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     assert report.count("<svg") >= 3
     assert all(pod["metadata"]["name"] in report for pod in spark_pods.values())
     assert "<script" not in report
+    assert all(f"{kind} {demo.NAMESPACE}/{workload}" in report
+               for workload, kind in zip(owners, ("Deployment", "StatefulSet"), strict=True))
 

@@ -12,10 +12,13 @@ is never changed). The fixtures `node_stack` and `operator_release` are in conft
 
 from __future__ import annotations
 
+import calendar
 import json
 import subprocess
 import sys
+import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +33,16 @@ from node_support import (
     NO_CLIENTS_WARNING_SECONDS,
     NodeStack,
     Release,
+    java_image,
     telemetry_receiver,
     wait_ready,
 )
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from plugin_support import client_metrics_subscription
 from preconditions import missing_precondition
+
+sys.path.insert(0, str(REPO / "dev" / "demo"))
+from client_pods import CLIENT_SOFTWARE, ClientPods, as_list, producer_name, render_client_pods
 
 pytestmark = pytest.mark.e2e
 
@@ -322,57 +330,33 @@ def test_telemetry_receiver_becomes_ready_on_real_pods(node_stack: NodeStack, op
         node_stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: NodeStack,
-                                                                  operator_release: Release) -> None:
-    """Given the operator (Helm) and the TelemetryReceiver the node stack's broker plugin posts to
-    (`telemetry` in `kct-telemetry`, holding the plugin's token)
-    When a confluent-kafka producer on the host, matched by a client-metrics subscription, produces
-    Then its pushes travel broker plugin -> the receiver's Service -> receiver pods -> the receiver's topic,
-    where a consumer on the host reads them."""
+@dataclass(frozen=True)
+class Telemetry:
+    namespace: str
+    topic: str
+
+
+@pytest.fixture(scope="module")
+def telemetry(node_stack: NodeStack, operator_release: Release) -> Iterator[Telemetry]:
+    """The TelemetryReceiver the node stack's broker plugin posts to (`telemetry` in `kct-telemetry`, holding the
+    plugin's token), with two replicas behind its Service, Ready; removed with its namespace afterwards."""
     assert node_stack.kct_image is not None  # operator_release checked it
-    namespace, run = "kct-telemetry", uuid.uuid4().hex[:8]
-    topic = f"client-telemetry-{run}"
+    namespace = "kct-telemetry"
+    topic = f"client-telemetry-{uuid.uuid4().hex[:8]}"
     token = node_stack.receiver_token_file.read_text().strip()
     objects = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "broker-token", "namespace": namespace},
          "stringData": {"token": token}},
-        telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap, topic, "broker-token"),
+        telemetry_receiver(namespace, node_stack.kct_image, node_stack.kafka_pod_bootstrap, topic, "broker-token",
+                           replicas=2),
     ]
     node_stack.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     try:
         wait_ready(node_stack, namespace)
-        subscription = {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000",
-                        "match": f"client_id=kct-node-{run}-.*"}
-        consumer = Consumer({"bootstrap.servers": node_stack.kafka_bootstrap, "group.id": f"kct-node-{run}",
-                             "auto.offset.reset": "earliest", "enable.metrics.push": False})
-        consumer.subscribe([topic])
-        records = []
-        with client_metrics_subscription(node_stack.kafka_bootstrap, f"kct-node-{run}", subscription):
-            producer = Producer({"bootstrap.servers": node_stack.kafka_bootstrap,
-                                 "client.id": f"kct-node-{run}-producer"})
-
-            def landed() -> bool:
-                producer.produce(f"node-data-{run}", b"x")
-                producer.poll(0)
-                message = consumer.poll(0.5)
-                if message is not None and message.error() is None:
-                    records.append(message)
-                return bool(records)
-
-            eventually(landed, timeout=120, what=f"a telemetry record in {topic}", interval=0.5)
-            _apply_subscriptions(node_stack, namespace, run)
-
-            def pushing() -> None:  # keep the client live while the operator counts it
-                producer.produce(f"node-data-{run}", b"x")
-                producer.poll(0)
-
-            _subscriptions_count_their_clients(node_stack, namespace, run, pushing)
-            producer.flush(10)
-        consumer.close()
-
-        assert records[0].value()
-        _kubectl_kct_sees_the_client(node_stack, namespace, run, records[0].key().decode())
+        eventually(lambda: node_stack.get("deployment", "telemetry-receiver", "-n", namespace)["status"].get(
+            "readyReplicas") == 2, timeout=240, what="two ready receiver replicas", interval=1)
+        yield Telemetry(namespace=namespace, topic=topic)
     finally:
         node_stack.kubectl("delete", "telemetryreceiver", "telemetry", "-n", namespace, "--wait=true",
                            "--timeout=120s", check=False)
@@ -444,6 +428,48 @@ def _subscriptions_count_their_clients(stack: NodeStack, namespace: str, run: st
     eventually(warning_event, timeout=30, interval=1, what=f"a NoMatchingClients Warning event on {billing}")
 
 
+def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: NodeStack,
+                                                                  telemetry: Telemetry) -> None:
+    """Given the operator (Helm) and the TelemetryReceiver the node stack's broker plugin posts to
+    When a confluent-kafka producer on the host, matched by a client-metrics subscription, produces
+    Then its pushes travel broker plugin -> the receiver's Service -> receiver pods -> the receiver's topic,
+    where a consumer on the host reads them; `kubectl kct` finds the client; and the operator counts it on the
+    subscription that matches it, while one that matches nothing gets its warning."""
+    namespace, topic, run = telemetry.namespace, telemetry.topic, uuid.uuid4().hex[:8]
+    subscription = {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000",
+                    "match": f"client_id=kct-node-{run}-.*"}
+    consumer = Consumer({"bootstrap.servers": node_stack.kafka_bootstrap, "group.id": f"kct-node-{run}",
+                         "auto.offset.reset": "earliest", "enable.metrics.push": False})
+    consumer.subscribe([topic])
+    records = []
+    with client_metrics_subscription(node_stack.kafka_bootstrap, f"kct-node-{run}", subscription):
+        producer = Producer({"bootstrap.servers": node_stack.kafka_bootstrap,
+                             "client.id": f"kct-node-{run}-producer"})
+
+        def landed() -> bool:
+            producer.produce(f"node-data-{run}", b"x")
+            producer.poll(0)
+            message = consumer.poll(0.5)
+            if (message is not None and message.error() is None
+                    and _header(message, "client_id") == f"kct-node-{run}-producer"):
+                records.append(message)
+            return bool(records)
+
+        eventually(landed, timeout=120, what=f"a telemetry record in {topic}", interval=0.5)
+        _apply_subscriptions(node_stack, namespace, run)
+
+        def pushing() -> None:  # keep the client live while the operator counts it
+            producer.produce(f"node-data-{run}", b"x")
+            producer.poll(0)
+
+        _subscriptions_count_their_clients(node_stack, namespace, run, pushing)
+        producer.flush(10)
+    consumer.close()
+
+    assert records[0].value()
+    _kubectl_kct_sees_the_client(node_stack, namespace, run, records[0].key().decode())
+
+
 def _kubectl_kct(stack: NodeStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(REPO / ".venv" / "bin" / "kubectl-kct"), *args, "--kubeconfig", str(stack.kubeconfig)],
                           capture_output=True, text=True, timeout=60, check=False)
@@ -465,3 +491,107 @@ def _kubectl_kct_sees_the_client(stack: NodeStack, namespace: str, run: str, ins
     top = _kubectl_kct(stack, "top", "-n", namespace, "--by", "client")
     assert top.returncode == 0, top.stderr
     assert f"kct-node-{run}-producer/{instance_id[:8]}" in top.stdout, top.stdout
+
+
+def _header(message: Any, name: str) -> str | None:
+    """A record header's value (the broker's KIP-714 labels travel as headers: receiver README)."""
+    values = [value for key, value in message.headers() or [] if key == name]
+    return values[0].decode() if values else None
+
+
+@dataclass(frozen=True)
+class Push:
+    client_id: str
+    software: str
+    received_ms: int
+    resource: dict[str, str]   # the record's resource attributes, attribution's among them
+
+
+def _push(message: Any) -> Push:
+    request = ExportMetricsServiceRequest.FromString(message.value())
+    resource = {a.key: a.value.string_value for rm in request.resource_metrics for a in rm.resource.attributes}
+    return Push(client_id=_header(message, "client_id") or "", software=_header(message, "client_software_name") or "",
+                received_ms=int(_header(message, "kct.received_ms") or 0), resource=resource)
+
+
+@dataclass(frozen=True)
+class ClientPod:
+    name: str
+    uid: str
+    workload: str      # its app.kubernetes.io/name: the Deployment's or StatefulSet's name
+    created_ms: int    # creationTimestamp (whole seconds)
+
+
+def _running_client_pods(stack: NodeStack, pods: ClientPods) -> dict[str, ClientPod]:
+    listed = stack.get("pods", "-n", pods.namespace, "-l", f"app.kubernetes.io/part-of={pods.name}")["items"]
+    return {p["metadata"]["name"]: ClientPod(
+        name=p["metadata"]["name"], uid=p["metadata"]["uid"],
+        workload=p["metadata"]["labels"]["app.kubernetes.io/name"],
+        created_ms=calendar.timegm(time.strptime(p["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")) * 1000)
+        for p in listed if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}
+
+
+def _expected_attributes(pods: ClientPods, pod: ClientPod) -> dict[str, str]:
+    owner = ("k8s.deployment.name" if pod.workload == producer_name(pods) else "k8s.statefulset.name")
+    return {"k8s.namespace.name": pods.namespace, "k8s.pod.name": pod.name, "k8s.pod.uid": pod.uid,
+            owner: pod.workload, "service.name": pod.workload}
+
+
+def test_client_pods_are_attributed_to_their_own_pod_and_workload(node_stack: NodeStack, telemetry: Telemetry) -> None:
+    """Given the receiver's two replicas, and client pods beside them (dev/demo/client_pods.py): a producer
+    Deployment of two librdkafka pods and a consumer StatefulSet of a Java pod, each with its pod's name as
+    `client.id`, matched by a client-metrics subscription
+    When they push, and then a producer pod is deleted and its ReplicaSet replaces it
+    Then every push on the receiver's topic carries, as resource attributes, the namespace, name and uid of the
+    pod whose name the client gave as its client id, and that pod's Deployment or StatefulSet; both software
+    names push; the replacement's pushes are attributed to the new pod (its own name and uid)."""
+    assert node_stack.kct_image is not None  # operator_release checked it
+    run = uuid.uuid4().hex[:6]
+    pods = ClientPods(namespace=telemetry.namespace, name=f"shop-{run}", bootstrap=node_stack.kafka_pod_bootstrap,
+                      topic=create_topic(node_stack.kafka_bootstrap, partitions=1, prefix="kct-node-clients"),
+                      librdkafka_image=node_stack.kct_image, java_image=java_image(node_stack))
+    reader = Consumer({"bootstrap.servers": node_stack.kafka_bootstrap, "group.id": f"kct-node-pods-{run}",
+                       "auto.offset.reset": "earliest", "enable.metrics.push": False})
+    reader.subscribe([telemetry.topic])
+    pushes: dict[str, list[Push]] = defaultdict(list)
+
+    def read() -> None:
+        for message in reader.consume(num_messages=500, timeout=0.5):
+            if message.error() is None and (_header(message, "client_id") or "").startswith(pods.name):
+                push = _push(message)
+                pushes[push.client_id].append(push)
+
+    def pushed(expected: int, exclude: frozenset[str] = frozenset()) -> dict[str, ClientPod] | None:
+        read()
+        running = {n: p for n, p in _running_client_pods(node_stack, pods).items() if n not in exclude}
+        return running if len(running) == expected and all(pushes.get(n) for n in running) else None
+
+    subscription = {"metrics": "org.apache.kafka.", "interval.ms": "1000", "match": f"client_id={pods.name}-.*"}
+    objects = as_list(render_client_pods(pods))
+    try:
+        with client_metrics_subscription(node_stack.kafka_bootstrap, f"kct-node-pods-{run}", subscription):
+            node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(objects))
+            first: dict[str, ClientPod] = eventually(
+                lambda: pushed(pods.producer_replicas + pods.consumer_replicas), timeout=300, interval=1,
+                what="every client pod running and its pushes on the topic")
+            victim = next(p for p in first.values() if p.workload == producer_name(pods))
+            node_stack.kubectl("delete", "pod", victim.name, "-n", pods.namespace, "--wait=false")
+            after: dict[str, ClientPod] = eventually(
+                lambda: pushed(len(first), exclude=frozenset({victim.name})), timeout=300, interval=1,
+                what=f"the replacement of {victim.name} running and its pushes on the topic")
+    finally:
+        node_stack.kubectl("delete", "-f", "-", "--wait=false", stdin=json.dumps(objects), check=False)
+        reader.close()
+
+    replacement = next(p for p in after.values() if p.name not in first)
+    assert replacement.workload == victim.workload and replacement.uid != victim.uid
+    for pod in [*first.values(), replacement]:
+        expected = _expected_attributes(pods, pod)
+        for push in pushes[pod.name]:
+            assert {k: push.resource.get(k) for k in expected} == expected, (pod.name, push.resource)
+    assert {p.software for ps in pushes.values() for p in ps} == set(CLIENT_SOFTWARE.values())
+    assert {k: v for k, v in pushes.items() if k not in {*first, *after}} == {}  # no push from another pod
+    for pod in [*first.values(), replacement]:  # the attribution-lag figure (creationTimestamp is whole seconds)
+        lag = (min(p.received_ms for p in pushes[pod.name]) - pod.created_ms) / 1000
+        print(f"attribution lag {pod.workload} {pod.name}: pod created -> first push attributed {lag:.1f} s "
+              f"({len(pushes[pod.name])} pushes, all attributed)")
