@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import ssl
 import subprocess
 import sys
 import threading
@@ -153,10 +154,13 @@ def running_broker(workdir: Path, release: KafkaRelease, endpoint: str, plugin_c
 
 
 @contextlib.contextmanager
-def receiver(workdir: Path, bootstrap: str, topic: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """`kct receiver` writing to `topic`, expecting the plugin's token; stopped (SIGTERM) on exit."""
+def receiver(workdir: Path, bootstrap: str, topic: str, port: int, *, tls: dict[str, str] | None = None,
+             client_context: ssl.SSLContext | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """`kct receiver` writing to `topic`, expecting the plugin's token; stopped (SIGTERM) on exit. With `tls`
+    (the config's `listen.tls`), on https, asked whether it is ready through `client_context`."""
+    listen: dict[str, Any] = {"host": "127.0.0.1", "port": port, **({"tls": tls} if tls else {})}
     config = {
-        "listen": {"host": "127.0.0.1", "port": port},
+        "listen": listen,
         "auth": {"bearerTokenEnv": "KCT_RECEIVER_TOKEN"},
         "kafka": {"bootstrapServersEnv": "KAFKA_BOOTSTRAP_SERVERS", "topic": topic, "deliveryTimeoutMs": 5000,
                   "readinessIntervalMs": 500, "readinessTimeoutMs": 1000},
@@ -170,22 +174,24 @@ def receiver(workdir: Path, bootstrap: str, topic: str, port: int) -> Iterator[s
     with log.open("wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "kct.cli", "receiver", "--config", str(path)],
                                    env=env, stdout=out, stderr=subprocess.STDOUT)
+    ready_url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/readyz"
     try:
         def ready_or_died() -> bool:
-            return process.poll() is not None or _status(f"http://127.0.0.1:{port}/readyz") == 200
+            return process.poll() is not None or http_status(ready_url, client_context) == 200
 
         with contextlib.suppress(pytest.fail.Exception):
             eventually(ready_or_died, timeout=60, interval=0.2, what="the receiver ready")
-        if process.poll() is not None or _status(f"http://127.0.0.1:{port}/readyz") != 200:
+        if process.poll() is not None or http_status(ready_url, client_context) != 200:
             raise AssertionError(f"receiver not ready:\n{log.read_text()[-3000:]}")
         yield process
     finally:
         stop_process(process)
 
 
-def _status(url: str) -> int:
+def http_status(url: str, context: ssl.SSLContext | None = None) -> int:
+    """The status a GET of `url` answers; 0 when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)

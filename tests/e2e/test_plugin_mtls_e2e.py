@@ -11,28 +11,31 @@ receiver's topic with the broker's labels, while a client without a certificate 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import shutil
 import ssl
 import subprocess
-import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import free_port, stop_process, unique
-from plugin_versions_support import MATRIX, REPO, create_topic, kafka_broker, running_broker, subscribe
+from helpers import free_port, unique
+from plugin_versions_support import (
+    MATRIX,
+    TOKEN,
+    create_topic,
+    http_status,
+    kafka_broker,
+    receiver,
+    running_broker,
+    subscribe,
+)
 from preconditions import missing_precondition
 from waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
 RELEASE = MATRIX[-1]
-TOKEN = "mtls-token"
 
 
 @dataclass(frozen=True)
@@ -73,50 +76,14 @@ def _client_context(certs: Certificates, with_certificate: bool) -> ssl.SSLConte
     return context
 
 
-def _status(url: str, context: ssl.SSLContext) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return 0
-
-
 @contextlib.contextmanager
 def _mtls_receiver(workdir: Path, bootstrap: str, topic: str, port: int,
                    certs: Certificates) -> Iterator[subprocess.Popen[bytes]]:
     """`kct receiver` on https://127.0.0.1:<port> requiring a client certificate of the CA, writing to `topic`."""
-    config = {
-        "listen": {"host": "127.0.0.1", "port": port,
-                   "tls": {"certFile": str(certs.server_cert), "keyFile": str(certs.server_key),
-                           "clientCaFile": str(certs.ca)}},
-        "auth": {"bearerTokenEnv": "KCT_RECEIVER_TOKEN"},
-        "kafka": {"bootstrapServersEnv": "KAFKA_BOOTSTRAP_SERVERS", "topic": topic, "deliveryTimeoutMs": 5000,
-                  "readinessIntervalMs": 500, "readinessTimeoutMs": 1000},
-        "logging": {"level": "INFO", "format": "json"},
-    }
-    path = workdir / "receiver.json"
-    path.write_text(json.dumps(config))
-    log = workdir / "receiver.log"
-    env = dict(os.environ, KCT_RECEIVER_TOKEN=TOKEN, KAFKA_BOOTSTRAP_SERVERS=bootstrap,
-               PYTHONPATH=str(REPO / "operator"))
-    with log.open("wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "kct.cli", "receiver", "--config", str(path)],
-                                   env=env, stdout=out, stderr=subprocess.STDOUT)
-    ready_url = f"https://127.0.0.1:{port}/readyz"
-    context = _client_context(certs, with_certificate=True)
-    try:
-        def ready_or_died() -> bool:
-            return process.poll() is not None or _status(ready_url, context) == 200
-
-        with contextlib.suppress(pytest.fail.Exception):
-            eventually(ready_or_died, timeout=60, interval=0.2, what="the receiver ready")
-        if process.poll() is not None or _status(ready_url, context) != 200:
-            raise AssertionError(f"receiver not ready:\n{log.read_text()[-3000:]}")
+    tls = {"certFile": str(certs.server_cert), "keyFile": str(certs.server_key), "clientCaFile": str(certs.ca)}
+    with receiver(workdir, bootstrap, topic, port, tls=tls,
+                  client_context=_client_context(certs, with_certificate=True)) as process:
         yield process
-    finally:
-        stop_process(process)
 
 
 def _records_of(bootstrap: str, topic: str, client_id: str, wanted: int, producer_id: str) -> list[dict[str, str]]:
@@ -173,7 +140,7 @@ def test_pushes_reach_the_topic_over_mutual_tls(tmp_path: Path) -> None:
         create_topic(bootstrap, topic)
         with _mtls_receiver(tmp_path, bootstrap, topic, port, certs):
             # a client that trusts the receiver but has no certificate does not get an answer at all
-            assert _status(f"https://127.0.0.1:{port}/readyz", _client_context(certs, with_certificate=False)) == 0
+            assert http_status(f"https://127.0.0.1:{port}/readyz", _client_context(certs, with_certificate=False)) == 0
             records = _records_of(bootstrap, topic, f"{prefix}-producer", 2, f"{prefix}-producer")
         log = (tmp_path / "logs" / "kafka.log").read_text(errors="replace")
     assert all(r.get("broker_id") and r.get("client_instance_id") for r in records), records

@@ -4,15 +4,13 @@ the user's credentials go in Authorization and the receiver's token in X-Kct-Rea
 from __future__ import annotations
 
 import base64
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import yaml
+from stand_in_api_server import StandInApiServer, stand_in_api_server
 
 from kct.kubectl.cluster import CrdMissing, Forbidden, KubeCluster, Unreachable, current_namespace
 
@@ -40,42 +38,26 @@ ROUTES: dict[str, tuple[int, Any]] = {
 }
 
 
-class _ApiServer(BaseHTTPRequestHandler):
-    seen: ClassVar[list[tuple[str, dict[str, str]]]] = []
-
-    def do_GET(self) -> None:
-        _ApiServer.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
-        status, body = ROUTES.get(self.path.split("?")[0], (404, {"message": "not found"}))
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *_args: Any) -> None:
-        pass
+@pytest.fixture
+def api_server() -> Iterator[StandInApiServer]:
+    with stand_in_api_server(ROUTES) as served:
+        yield served
 
 
 @pytest.fixture
-def kubeconfig(tmp_path: Path) -> Iterator[Path]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ApiServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+def kubeconfig(tmp_path: Path, api_server: StandInApiServer) -> Path:
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "clusters": [{"name": "c", "cluster": {"server": api_server.url}}],
         "users": [{"name": "u", "user": {"token": "user-token"}}],
         "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u", "namespace": "kafka"}}],
     }))
-    _ApiServer.seen.clear()
-    yield path
-    server.shutdown()
-    thread.join()
+    return path
 
 
-def test_lists_reads_the_token_and_proxies_with_it_in_the_read_header(kubeconfig: Path) -> None:
+def test_lists_reads_the_token_and_proxies_with_it_in_the_read_header(kubeconfig: Path,
+                                                                    api_server: StandInApiServer) -> None:
     cluster = KubeCluster(str(kubeconfig))
     assert current_namespace(str(kubeconfig), None) == "kafka"
     assert cluster.list_objects("telemetryreceivers", "kafka")[0]["metadata"]["name"] == "telemetry"
@@ -87,7 +69,7 @@ def test_lists_reads_the_token_and_proxies_with_it_in_the_read_header(kubeconfig
     answer = cluster.proxy_get("kafka", "services", "telemetry-receiver", 4318, "/v1/clients",
                                {"X-Kct-Read-Token": token})
     assert answer == {"clients": []}
-    path, headers = _ApiServer.seen[-1]
+    path, headers = api_server.seen[-1]
     assert path == "/api/v1/namespaces/kafka/services/telemetry-receiver:4318/proxy/v1/clients"
     assert headers["authorization"] == "Bearer user-token" and headers["x-kct-read-token"] == "s3cret"
 

@@ -5,15 +5,13 @@ pod proxy URL it calls with the token in X-Kct-Read-Token (the API server keeps 
 from __future__ import annotations
 
 import base64
-import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from kubernetes import client
+from stand_in_api_server import StandInApiServer, stand_in_api_server
 
 from kct.controller.receiver_clients import ApiServerProxySource, ReceiverRef, read_receiver
 
@@ -37,39 +35,24 @@ ROUTES: dict[str, tuple[int, Any]] = {
 }
 
 
-class _ApiServer(BaseHTTPRequestHandler):
-    seen: ClassVar[list[tuple[str, dict[str, str]]]] = []
-
-    def do_GET(self) -> None:
-        _ApiServer.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
-        status, body = ROUTES.get(self.path.split("?")[0], (404, {"message": "not found"}))
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *_args: Any) -> None:
-        pass
+@pytest.fixture
+def api_server() -> Iterator[StandInApiServer]:
+    with stand_in_api_server(ROUTES) as served:
+        yield served
 
 
 @pytest.fixture
-def source() -> Iterator[ApiServerProxySource]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ApiServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+def source(api_server: StandInApiServer) -> ApiServerProxySource:
     configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    configuration.host = api_server.url
     configuration.api_key = {"authorization": "operator-token"}
     configuration.api_key_prefix = {"authorization": "Bearer"}
-    _ApiServer.seen.clear()
-    yield ApiServerProxySource(client.ApiClient(configuration))
-    server.shutdown()
-    thread.join()
+    return ApiServerProxySource(client.ApiClient(configuration))
 
 
-def test_every_ready_replica_is_asked_through_the_pod_proxy_with_the_read_token(source: ApiServerProxySource) -> None:
+def test_every_ready_replica_is_asked_through_the_pod_proxy_with_the_read_token(
+    source: ApiServerProxySource, api_server: StandInApiServer
+) -> None:
     """Given a receiver with two ready pods (one refusing the proxy), one unready and one pending, When the
     operator reads it, Then the ready pods are found by the receiver's selector labels, each is asked through
     the API server's pod proxy with the Secret's token in X-Kct-Read-Token and the operator's own credentials
@@ -80,11 +63,11 @@ def test_every_ready_replica_is_asked_through_the_pod_proxy_with_the_read_token(
 
     assert read.documents == [DOCUMENT]
     assert len(read.problems) == 1 and "telemetry-receiver-b" in read.problems[0] and "403" in read.problems[0]
-    listing = next(path for path, _ in _ApiServer.seen if path.startswith("/api/v1/namespaces/kafka/pods?"))
+    listing = next(path for path, _ in api_server.seen if path.startswith("/api/v1/namespaces/kafka/pods?"))
     selector = urllib.parse.parse_qs(urllib.parse.urlsplit(listing).query)["labelSelector"][0]
     assert set(selector.split(",")) == {"app.kubernetes.io/name=kct-receiver", "app.kubernetes.io/instance=telemetry",
                                         "app.kubernetes.io/component=receiver"}
-    proxied = {path: headers for path, headers in _ApiServer.seen if "/proxy/" in path}
+    proxied = {path: headers for path, headers in api_server.seen if "/proxy/" in path}
     assert sorted(proxied) == ["/api/v1/namespaces/kafka/pods/https:telemetry-receiver-a:4318/proxy/v1/clients",
                                "/api/v1/namespaces/kafka/pods/https:telemetry-receiver-b:4318/proxy/v1/clients"]
     for headers in proxied.values():
@@ -92,7 +75,8 @@ def test_every_ready_replica_is_asked_through_the_pod_proxy_with_the_read_token(
         assert headers["authorization"] == "Bearer operator-token"
 
 
-def test_a_missing_token_secret_is_a_problem_not_a_crash(source: ApiServerProxySource) -> None:
+def test_a_missing_token_secret_is_a_problem_not_a_crash(source: ApiServerProxySource,
+                                                        api_server: StandInApiServer) -> None:
     """Given a receiver whose token Secret does not exist, When it is read, Then nothing is asked and the
     problem names the receiver."""
     receiver = ReceiverRef.from_body({"metadata": {"namespace": "kafka", "name": "telemetry"},
@@ -101,7 +85,7 @@ def test_a_missing_token_secret_is_a_problem_not_a_crash(source: ApiServerProxyS
     read = read_receiver(source, receiver)
 
     assert read.documents == [] and len(read.problems) == 1 and read.problems[0].startswith("kafka/telemetry: ")
-    assert not [path for path, _ in _ApiServer.seen if "/proxy/" in path]
+    assert not [path for path, _ in api_server.seen if "/proxy/" in path]
 
 
 def test_the_proxy_scheme_follows_the_receivers_tls_mode() -> None:
