@@ -16,22 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kct.api.matching import SubscriptionMatch, broker_selectors, match_client
+from kct.attribution.workload import workload_of
 from kct.kubectl.cluster import RECEIVERS, SUBSCRIPTIONS, Cluster, Forbidden, PluginError, Unreachable
 from kct.otlp.clients_doc import CLIENTS_ROUTE, READ_TOKEN_HEADER, ClientEntry
 from kct.render.names import ChildNames
 from kct.render.params import OTLP_PORT
 
 __all__ = ["Gathered", "Subscription", "gather", "load_subscriptions", "match_all", "matched_refs", "workload"]
-
-# Owner kinds in the order a pod's workload is named by (a CronJob's Job is named by the CronJob).
-_WORKLOAD_KEYS = (
-    ("k8s.deployment.name", "deployment"),
-    ("k8s.statefulset.name", "statefulset"),
-    ("k8s.daemonset.name", "daemonset"),
-    ("k8s.cronjob.name", "cronjob"),
-    ("k8s.job.name", "job"),
-)
-
 
 @dataclass(frozen=True)
 class Subscription:
@@ -52,8 +43,8 @@ class Gathered:
 
 def workload(entry: ClientEntry) -> str:
     """`deployment/checkout` from the attribution attributes, "" when not attributed."""
-    attributes = entry["attributes"]
-    return next((f"{kind}/{attributes[key]}" for key, kind in _WORKLOAD_KEYS if key in attributes), "")
+    found = workload_of(entry["attributes"])
+    return "" if found is None else f"{found[0]}/{found[1]}"
 
 
 def load_subscriptions(cluster: Cluster, namespace: str | None) -> list[Subscription]:
