@@ -13,7 +13,8 @@ from aggregation_helpers import point, records_df
 from kct.aggregation import batch
 from kct.aggregation.config import AggregationConfig, ExportSettings
 from kct.aggregation.otlp_metrics import EXPORT_COLUMNS, WORKLOAD_INSTANCES, window_points
-from kct.aggregation.transforms import WORKLOAD_ROLLUP_COLUMNS
+from kct.aggregation.transforms import WORKLOAD_COLUMNS, WORKLOAD_ROLLUP_COLUMNS, with_workload_columns
+from kct.attribution.workload import WORKLOAD_ATTRIBUTES, workload_of
 
 pytestmark = pytest.mark.spark
 
@@ -131,3 +132,18 @@ def test_the_export_sends_a_series_per_workload_beside_the_clients(
     [capped] = window_points(rows, ExportSettings(endpoint="http://x", max_series_per_window=len(per_workload) + 3))
     assert {p.labels for p in capped.points} >= {labels for _, labels in per_workload}
     assert (capped.dropped_clients, capped.dropped_series) == (3, 6)
+
+
+def test_the_sql_columns_follow_the_attribution_mapping(spark: Any) -> None:
+    """Given resource attribute maps with every pair of owner attributes (and empty values), When the workload
+    columns are computed in Spark SQL, Then each row's kind and name are kct.attribution.workload's for the
+    same map, and namespace and pod its attributes (null when absent or empty)."""
+    keys = [key for key, _ in WORKLOAD_ATTRIBUTES]
+    maps = [{}, {"k8s.namespace.name": "", "k8s.pod.name": ""}, {keys[0]: ""}]
+    maps += [{"k8s.namespace.name": "ns", "k8s.pod.name": "p", a: "x", b: "y"} for a in keys for b in keys if a != b]
+    df = spark.createDataFrame([(i, m) for i, m in enumerate(maps)], "i int, resource_attributes map<string,string>")
+    got = {r["i"]: tuple(r[c] for c in WORKLOAD_COLUMNS)
+           for r in with_workload_columns(df, ("i", *WORKLOAD_COLUMNS)).collect()}
+    for i, m in enumerate(maps):
+        kind, name = workload_of(m) or (None, None)
+        assert got[i] == (m.get("k8s.namespace.name") or None, kind, name, m.get("k8s.pod.name") or None), m
