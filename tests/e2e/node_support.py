@@ -3,14 +3,18 @@ conftest.py).
 
 - `NodeStack`: where `stack.py node-up` put things (build/node-stack.env), and `kubectl`/`get` against it.
 - `Release`: a Helm release of helm/kct on the node stack, and `helm` with its kubeconfig.
-- `telemetry_receiver(...)`: a TelemetryReceiver with our image and one replica; `wait_ready(...)`.
+- `telemetry_receiver(...)`: a TelemetryReceiver with our image and one replica; `wait_ready(...)`, which for
+  the receiver the broker plugin posts to also writes its CA bundle where the plugin reads it
+  (`publish_receiver_ca`).
 - `in_node(stack, script, *args)`: a Python script run in the node's network namespace (where ClusterIPs and
   pod addresses answer), its stdout.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -37,6 +41,7 @@ class NodeStack:
     kafka_bootstrap: str       # the node stack's broker from the host (through the forwarder)
     kafka_pod_bootstrap: str   # ... and from pods (its listener on the node's address)
     receiver_token_file: Path  # the bearer token the node stack's broker plugin sends
+    receiver_ca_file: Path     # the CA bundle it trusts (kct.telemetry.tls.ca.file): see publish_receiver_ca
     containerd_socket: Path    # the node's containerd (`ctr --address`), in the node's namespaces
 
     def ctr(self, *args: str) -> str:
@@ -75,6 +80,9 @@ def node_stack_from_env() -> NodeStack:
                      kafka_bootstrap=env["KAFKA_BOOTSTRAP_SERVERS"],
                      kafka_pod_bootstrap=env["KCT_NODE_KAFKA_POD_BOOTSTRAP"],
                      receiver_token_file=Path(env["KCT_RECEIVER_TOKEN_FILE"]),
+                     # a stack started before the variable existed: the file's place is the same
+                     receiver_ca_file=Path(env.get("KCT_RECEIVER_CA_FILE",
+                                                   str(Path(env["KUBECONFIG"]).parent / "receiver-ca.pem"))),
                      containerd_socket=Path(env["KCT_NODE_CONTAINERD_SOCKET"]))
 
 
@@ -98,12 +106,20 @@ def helm_for(stack: NodeStack) -> list[str]:
     return [out.stdout.strip().splitlines()[-1], f"--kubeconfig={stack.kubeconfig}"]
 
 
+CLIENTS_INTERVAL_SECONDS = 5
+NO_CLIENTS_WARNING_SECONDS = 20
+CLIENTS_STATUS_VALUES = ("--set", f"operator.clients.intervalSeconds={CLIENTS_INTERVAL_SECONDS}",
+                         "--set", f"operator.clients.noMatchWarningSeconds={NO_CLIENTS_WARNING_SECONDS}")
+
+
 def chart_values(stack: NodeStack) -> list[str]:
     """`--set`s that run the chart with our runtime image (never pulled) against the node stack's Kafka."""
     assert stack.kct_image is not None
     repository, tag = stack.kct_image.rsplit(":", 1)
     return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-            "--set", "image.pullPolicy=Never", "--set", f"kafka.bootstrapServers={stack.kafka_pod_bootstrap}"]
+            "--set", "image.pullPolicy=Never", "--set", f"kafka.bootstrapServers={stack.kafka_pod_bootstrap}",
+            # status.clients within seconds, and a subscription matching nothing warned after 20 s, not 10 min
+            *CLIENTS_STATUS_VALUES]
 
 
 def telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, token_secret: str | None = None,
@@ -130,12 +146,57 @@ def ready_condition(stack: NodeStack, namespace: str) -> dict[str, Any]:
 
 
 def wait_ready(stack: NodeStack, namespace: str) -> None:
+    """Wait until `telemetry` in `namespace` is Ready; in the namespace the broker plugin posts to, then give the
+    plugin its CA bundle (publish_receiver_ca)."""
     eventually(lambda: ready_condition(stack, namespace).get("status") == "True", timeout=300,
                what=f"the TelemetryReceiver in {namespace} to be Ready", interval=2)
+    if namespace == PLUGIN_NAMESPACE:
+        publish_receiver_ca(stack, namespace)
+
+
+# Where the node stack's broker plugin posts (dev/stack/stack.py `_node_telemetry_endpoint`): only this
+# namespace's receiver may put its CA into the plugin's trust file.
+PLUGIN_NAMESPACE = "kct-telemetry"
+
+
+def receiver_ca_bundle(stack: NodeStack, namespace: str, name: str = "telemetry") -> str:
+    """The PEM bundle a TelemetryReceiver publishes for brokers (`status.tls.caBundleSecret`, `name/key`)."""
+    status = stack.get("telemetryreceiver", name, "-n", namespace).get("status", {})
+    where = (status.get("tls") or {}).get("caBundleSecret")
+    assert where, f"TelemetryReceiver {namespace}/{name} publishes no CA bundle (status.tls): {status}"
+    secret_name, _, key = where.partition("/")
+    data = stack.get("secret", secret_name, "-n", namespace).get("data", {})
+    assert key in data, f"Secret {namespace}/{secret_name} has no key {key!r}"
+    return base64.b64decode(data[key]).decode()
+
+
+def publish_receiver_ca(stack: NodeStack, namespace: str = PLUGIN_NAMESPACE) -> None:
+    """Write the receiver's CA bundle into the file the broker plugin trusts (`kct.telemetry.tls.ca.file`), whole
+    (a rename), so the plugin, which re-reads the file when it changes, never reads half of it."""
+    bundle = receiver_ca_bundle(stack, namespace)
+    staged = stack.receiver_ca_file.with_name(f".{stack.receiver_ca_file.name}.new")
+    staged.write_text(bundle)
+    os.replace(staged, stack.receiver_ca_file)
+
+
+# Prepended to in-node scripts that call receiver pods or their Service by address: urllib's https then trusts
+# the receiver's CA bundle (publish_receiver_ca wrote it; receivers serve TLS by default). The hostname is not
+# checked: pod and cluster IPs are not among the certificate's names (its Service's DNS names).
+RECEIVER_TLS = """
+import os as _os, ssl as _ssl, urllib.request as _request
+_context = _ssl.create_default_context(cafile=_os.environ["KCT_RECEIVER_CA_FILE"])
+_context.check_hostname = False
+_request.install_opener(_request.build_opener(_request.HTTPSHandler(context=_context)))
+"""
+
+
+def node_env(stack: NodeStack) -> dict[str, str]:
+    """The environment of an in-node script: ours, plus where the receiver's CA bundle is (RECEIVER_TLS)."""
+    return dict(os.environ, KCT_RECEIVER_CA_FILE=str(stack.receiver_ca_file))
 
 
 def in_node(stack: NodeStack, script: str, *args: str, timeout: float = 60) -> str:
     proc = subprocess.run([*stack.node_exec, sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env=node_env(stack))
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -129,11 +129,11 @@ def _broker_started(state: Path, port: int, log: Path, deadline: float) -> None:
 
 @contextlib.contextmanager
 def _broker(state: Path, release: KafkaRelease, endpoint: str, plugin_class: str,
-            token_file: Path | None) -> Iterator[tuple[str, Path]]:
+            token_file: Path | None, plugin_tls: kafka_broker.PluginTls | None = None) -> Iterator[tuple[str, Path]]:
     port, controller_port = free_port(), free_port()
     log = kafka_broker.start(state, endpoint, token_file=token_file, name=_BROKER, port=port,
                              controller_port=controller_port, version=release.version,
-                             plugin_class=plugin_class, jvm=QUICK_JVM)
+                             plugin_class=plugin_class, jvm=QUICK_JVM, plugin_tls=plugin_tls)
     try:
         yield f"{kafka_broker.HOST}:{port}", log
     finally:
@@ -142,11 +142,12 @@ def _broker(state: Path, release: KafkaRelease, endpoint: str, plugin_class: str
 
 @contextlib.contextmanager
 def running_broker(workdir: Path, release: KafkaRelease, endpoint: str, plugin_class: str,
-                   token_file: Path | None) -> Iterator[str]:
+                   token_file: Path | None, plugin_tls: kafka_broker.PluginTls | None = None) -> Iterator[str]:
     """A broker of `release` with `plugin_class`, answering when its bootstrap address is yielded; stopped
-    on exit (for tests that need one broker, as tests/e2e/test_client_matrix_e2e.py)."""
+    on exit (for tests that need one broker, as tests/e2e/test_client_matrix_e2e.py). `plugin_tls`: the
+    plugin's CA and client certificate files (tests/e2e/test_plugin_mtls_e2e.py)."""
     started = time.monotonic()
-    with _broker(workdir, release, endpoint, plugin_class, token_file) as (bootstrap, log):
+    with _broker(workdir, release, endpoint, plugin_class, token_file, plugin_tls) as (bootstrap, log):
         _broker_started(workdir, _host_port(bootstrap)[1], log, started + READY_TIMEOUT_S)
         yield bootstrap
 

@@ -2,8 +2,10 @@
 
 Runs dev/demo/demo.py as a user would (the operator installed with Helm, the TelemetryReceiver's pods, the
 spark-operator running the receiver's SparkApplication as driver and executor pods, confluent-kafka clients,
-narrowing, aggregates read from the claim's volume, report), with 20 s of traffic instead of 60, on the
-session's node stack (the `node_stack` fixture: started if needed, kept for the rest of the session). Needs
+narrowing, aggregates read from the claim's volume, report), with 20 s of traffic instead of 60, and Kafka
+secured (`--kafka-sasl`: the receiver and the subscription name the broker's SASL_SSL listener with a Secret, so
+the operator's admin, the receiver pods' producers and the Spark pods' Kafka source all connect through SASL_SSL),
+on the session's node stack (the `node_stack` fixture: started if needed, kept for the rest of the session). Needs
 `make images` and `make spark-operator` (the make targets that run pytest build them first).
 
 The demo's own verdicts (its summary, its exit code) are not what is checked: the demo leaves its resources in
@@ -27,7 +29,7 @@ from typing import Any
 import pytest
 from aggregation_support import read_table
 from helpers import eventually
-from node_support import NodeStack, in_node
+from node_support import NODE_ENV, RECEIVER_TLS, NodeStack, env_file, in_node
 from preconditions import missing_precondition
 
 pytestmark = pytest.mark.e2e
@@ -46,11 +48,11 @@ INTERVAL_S = 5  # examples/demo/subscription.yaml: intervalMs 5000
 SETTLE_S = 2 * INTERVAL_S + 2
 
 # Runs in the node's network namespace (pod addresses answer there): the pods' kct_receiver_pushes_total, summed.
-_PUSHES = """
+_PUSHES = RECEIVER_TLS + """
 import sys, urllib.request
 total = 0.0
 for ip in sys.argv[1:]:
-    for line in urllib.request.urlopen(f"http://{ip}:4318/metrics", timeout=5).read().decode().splitlines():
+    for line in urllib.request.urlopen(f"https://{ip}:4318/metrics", timeout=5).read().decode().splitlines():
         if line.startswith("kct_receiver_pushes_total"):
             total += float(line.rsplit(" ", 1)[1])
 print(total)
@@ -144,6 +146,7 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     """Given the node stack with our runtime image,
     When the demo installs the operator and the spark-operator with Helm, applies the examples, runs 20 s of
     traffic, narrows the subscription to one client and waits for the aggregation on the node,
+    (through the broker's SASL_SSL listener, from a Secret),
     Then the API server shows the TelemetryReceiver Ready=True with its pods running our image on the node, the
     SparkApplication RUNNING with a driver and an executor pod of our kct-spark image on the node and the
     receiver's status.aggregation RUNNING, and the narrowed match applied; the receiver pods counted the pushes
@@ -155,7 +158,8 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     job_image = _job_image()
     out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, str(DEMO), "--duration", "20", "--narrow-window", "12", "--keep-stack", "--out", str(out)],
+        [sys.executable, str(DEMO), "--duration", "20", "--narrow-window", "12", "--keep-stack", "--kafka-sasl",
+         "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
     )
     output = proc.stdout + proc.stderr
@@ -179,6 +183,15 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     assert (aggregation["application"], aggregation["state"]) == (f"SparkApplication/{APPLICATION}", "RUNNING")
     subscription = _get(node_stack, "clientmetricssubscription", demo.SUBSCRIPTION)
     assert subscription["status"]["appliedConfigs"]["match"] == f"client_id={demo.NARROW_TO}"
+    # Every Kafka client above went through SASL_SSL: the resources name that listener and the Secret, and the
+    # pods mount it (the PLAINTEXT pod listener is named nowhere).
+    secured = {"bootstrapServers": env_file(NODE_ENV)["KCT_NODE_KAFKA_POD_SASL_SSL_BOOTSTRAP"],
+               "secretRef": {"name": demo.KAFKA_SECRET}}
+    receiver_spec = _get(node_stack, "telemetryreceiver", demo.RECEIVER)["spec"]
+    assert (receiver_spec["kafka"], subscription["spec"]["kafka"]) == (secured, secured)
+    assert {"name": "kafka-client", "secret": {"secretName": demo.KAFKA_SECRET}} in application["spec"]["volumes"]
+    assert all(any(v.get("secret", {}).get("secretName") == demo.KAFKA_SECRET for v in p["spec"]["volumes"])
+               for p in [*receiver_pods, *spark_pods.values()])
 
     # The receiver pods' own counters, and the topic they wrote.
     counted = float(in_node(node_stack, _PUSHES, *(p["status"]["podIP"] for p in receiver_pods)))

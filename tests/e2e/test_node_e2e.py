@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,14 @@ from aggregation_support import create_topic
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from helpers import REPO, eventually
-from node_support import NodeStack, Release, telemetry_receiver, wait_ready
+from node_support import (
+    CLIENTS_INTERVAL_SECONDS,
+    NO_CLIENTS_WARNING_SECONDS,
+    NodeStack,
+    Release,
+    telemetry_receiver,
+    wait_ready,
+)
 from plugin_support import client_metrics_subscription
 from preconditions import missing_precondition
 
@@ -354,6 +361,13 @@ def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: No
                 return bool(records)
 
             eventually(landed, timeout=120, what=f"a telemetry record in {topic}", interval=0.5)
+            _apply_subscriptions(node_stack, namespace, run)
+
+            def pushing() -> None:  # keep the client live while the operator counts it
+                producer.produce(f"node-data-{run}", b"x")
+                producer.poll(0)
+
+            _subscriptions_count_their_clients(node_stack, namespace, run, pushing)
             producer.flush(10)
         consumer.close()
 
@@ -365,6 +379,71 @@ def test_client_telemetry_reaches_the_topic_through_receiver_pods(node_stack: No
         node_stack.kubectl("delete", "namespace", namespace, "--timeout=120s", check=False)
 
 
+def _apply_subscriptions(stack: NodeStack, namespace: str, run: str) -> None:
+    """`mine-<run>` matches the test's producer, `billing-<run>` matches no client."""
+    for name, client_id in (("mine", f"kct-node-{run}-.*"), ("billing", "billing-.*")):
+        stack.kubectl("apply", "-f", "-", stdin=json.dumps({
+            "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "ClientMetricsSubscription",
+            "metadata": {"name": f"{name}-{run}", "namespace": namespace},
+            "spec": {"metrics": ["org.apache.kafka.producer."], "intervalMs": 60000, "match": {"clientId": client_id}},
+        }))
+
+
+def _condition(resource: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in resource.get("status", {}).get("conditions", []) if c["type"] == type_), {})
+
+
+def _subscriptions_count_their_clients(stack: NodeStack, namespace: str, run: str, pushing: Callable[[], None]) -> None:
+    """The operator (Helm, clients read every CLIENTS_INTERVAL_SECONDS) reads the receiver pods' registries: on
+    `mine`, status.clients.matched is the number of clients `kubectl kct clients --subscription` lists (the
+    same matching rule; here our one producer) and its CLIENTS column shows it; `billing`, matching nothing,
+    gets ClientsMatched=False/NoMatchingClients and a Warning event after NO_CLIENTS_WARNING_SECONDS, while
+    both keep the Ready the broker configs gave them."""
+    mine, billing = f"mine-{run}", f"billing-{run}"
+
+    def counted() -> dict[str, Any] | None:
+        pushing()
+        resource: dict[str, Any] = stack.get("clientmetricssubscription", mine, "-n", namespace)
+        ready = _condition(resource, "Ready").get("status") == "True"  # kubectl wait still means the broker's configs
+        return resource if ready and resource.get("status", {}).get("clients", {}).get("matched") else None
+
+    resource = eventually(counted, timeout=4 * CLIENTS_INTERVAL_SECONDS + 30, interval=1,
+                          what=f"status.clients.matched on {namespace}/{mine}")
+    listed = _kubectl_kct(stack, "clients", "-n", namespace, "--subscription", mine, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    clients, rows = resource["status"]["clients"], json.loads(listed.stdout)
+    assert clients["matched"] == len(rows) == 1, (clients, listed.stdout)
+    labels = rows[0]["labels"]
+    assert clients["bySoftware"] == [{"name": labels["client_software_name"],
+                                      "version": labels["client_software_version"], "count": 1}]
+    assert clients["lastPushTime"]
+    assert _condition(resource, "ClientsMatched")["status"] == "True"
+    column = stack.kubectl("get", "clientmetricssubscription", mine, "-n", namespace, "-o",
+                           "custom-columns=CLIENTS:.status.clients.matched", "--no-headers")
+    assert column.strip() == "1"
+
+    def warned() -> dict[str, Any] | None:
+        pushing()
+        resource: dict[str, Any] = stack.get("clientmetricssubscription", billing, "-n", namespace)
+        # Matching nothing is not a failure to apply the subscription: Ready stays what the broker made it.
+        ready = _condition(resource, "Ready").get("status") == "True"
+        return resource if ready and _condition(resource, "ClientsMatched").get("reason") == "NoMatchingClients" \
+            else None
+
+    resource = eventually(warned, timeout=NO_CLIENTS_WARNING_SECONDS + 4 * CLIENTS_INTERVAL_SECONDS + 30,
+                          interval=1, what=f"Ready=True and ClientsMatched=False/NoMatchingClients on {billing}")
+    assert _condition(resource, "ClientsMatched")["status"] == "False"
+    assert resource["status"]["clients"]["matched"] == 0
+
+    def warning_event() -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = stack.get(
+            "events", "-n", namespace, "--field-selector",
+            f"involvedObject.name={billing},reason=NoMatchingClients,type=Warning")["items"]
+        return events
+
+    eventually(warning_event, timeout=30, interval=1, what=f"a NoMatchingClients Warning event on {billing}")
+
+
 def _kubectl_kct(stack: NodeStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(REPO / ".venv" / "bin" / "kubectl-kct"), *args, "--kubeconfig", str(stack.kubeconfig)],
                           capture_output=True, text=True, timeout=60, check=False)
@@ -373,12 +452,6 @@ def _kubectl_kct(stack: NodeStack, *args: str) -> subprocess.CompletedProcess[st
 def _kubectl_kct_sees_the_client(stack: NodeStack, namespace: str, run: str, instance_id: str) -> None:
     """`kubectl kct` through the API server's proxy to the receiver pod: the client that pushed is listed with
     the subscription matching it, `why` explains both subscriptions selector by selector, `top` shows it."""
-    for name, client_id in (("mine", f"kct-node-{run}-.*"), ("billing", "billing-.*")):
-        stack.kubectl("apply", "-f", "-", stdin=json.dumps({
-            "apiVersion": "telemetry.kct.dev/v1alpha1", "kind": "ClientMetricsSubscription",
-            "metadata": {"name": f"{name}-{run}", "namespace": namespace},
-            "spec": {"metrics": ["org.apache.kafka.producer."], "intervalMs": 60000, "match": {"clientId": client_id}},
-        }))
     listed = _kubectl_kct(stack, "clients", "-n", namespace, "-o", "json")
     assert listed.returncode == 0, listed.stderr
     clients = {c["client_instance_id"]: c for c in json.loads(listed.stdout)}

@@ -33,10 +33,12 @@ from confluent_kafka import Consumer, Producer
 from helpers import eventually
 from node_support import (
     CHART,
+    RECEIVER_TLS,
     NodeStack,
     Release,
     chart_values,
     in_node,
+    node_env,
     ready_condition,
     telemetry_receiver,
     wait_ready,
@@ -193,13 +195,13 @@ def plugin_clients(stack: NodeStack, prefix: str, count: int = 3) -> Iterator[li
 
 # Runs in the node's network namespace: every pod's Prometheus counters of accepted (200) and unauthenticated
 # (401) pushes, as JSON {pod ip: [ok, unauthenticated]}.
-_SCRAPE = """
+_SCRAPE = RECEIVER_TLS + """
 import json, sys, urllib.request
 ok_name = sys.argv[1]
 out = {}
 for ip in sys.argv[2:]:
     ok = unauth = 0.0
-    for line in urllib.request.urlopen(f"http://{ip}:4318/metrics", timeout=5).read().decode().splitlines():
+    for line in urllib.request.urlopen(f"https://{ip}:4318/metrics", timeout=5).read().decode().splitlines():
         if line.startswith(ok_name + " "):
             ok += float(line.rsplit(" ", 1)[1])
         elif line.startswith("kct_receiver_rejections_total{") and 'reason="unauthenticated"' in line:
@@ -210,7 +212,7 @@ print(json.dumps(out))
 
 # Runs in the node's network namespace: a push with the token in argv[2] to each pod address in argv[3:];
 # prints their HTTP statuses.
-_PROBE = """
+_PROBE = RECEIVER_TLS + """
 import sys, urllib.request, urllib.error
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 request = ExportMetricsServiceRequest()
@@ -219,7 +221,7 @@ metric.name = "kct.e2e.ops.probe"
 metric.gauge.data_points.add().as_int = 1
 statuses = []
 for ip in sys.argv[3:]:
-    req = urllib.request.Request(f"http://{ip}:4318/v1/metrics", data=request.SerializeToString(), method="POST",
+    req = urllib.request.Request(f"https://{ip}:4318/v1/metrics", data=request.SerializeToString(), method="POST",
                                  headers={"Content-Type": "application/x-protobuf",
                                           "Authorization": "Bearer " + sys.argv[2],
                                           "kct-client-instance-id": sys.argv[1] + "-" + ip})
@@ -234,7 +236,7 @@ print(" ".join(map(str, statuses)))
 # Runs in the node's network namespace: THREADS loops posting OTLP pushes to the Service URL in argv[1] with
 # the token in argv[2], each push with its own client instance id (the record's key); one line per push,
 # "<status> <id>" (status 0: no HTTP answer), until stdin closes.
-_LOAD = """
+_LOAD = RECEIVER_TLS + """
 import sys, threading, time, urllib.request, urllib.error
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 url, token, run = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -301,7 +303,8 @@ class LoadGenerator:
 
 @contextlib.contextmanager
 def load_generator(stack: NodeStack, url: str, token: str, run: str) -> Iterator[LoadGenerator]:
-    proc = subprocess.Popen([*stack.node_exec, sys.executable, "-c", _LOAD, url, token, run], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([*stack.node_exec, sys.executable, "-c", _LOAD, url, token, run], env=node_env(stack),
+                            stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     load = LoadGenerator(proc)
     reader = threading.Thread(target=load.read, daemon=True)
@@ -493,7 +496,7 @@ def test_a_config_change_rolls_the_receivers_without_losing_acknowledged_pushes(
     Then the rollout completes while pushes go on, every push gets an HTTP answer, and every push a receiver
     answered 200 is a record in the topic (zero acknowledged pushes lost)."""
     service = node_stack.get("service", "telemetry-receiver", "-n", receiver.namespace)
-    url = f"http://{service['spec']['clusterIP']}:4318/v1/metrics"
+    url = f"https://{service['spec']['clusterIP']}:4318/v1/metrics"
     run = f"ops-roll-{uuid.uuid4().hex[:6]}"
     old_hash = receiver.resource(node_stack)["status"]["configHash"]
     old_pods = {p["metadata"]["name"] for p in receiver.pods(node_stack)}

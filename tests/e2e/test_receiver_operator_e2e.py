@@ -96,7 +96,8 @@ def operator(stack: Any, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFact
     env = stack.env()
     env["KCT_RESYNC_SECONDS"] = str(RESYNC_SECONDS)
     env["KCT_BACKOFF_MAX_SECONDS"] = "5"
-    process = OperatorProcess(env, tmp_path_factory.mktemp("receiver-operator") / "operator.log")
+    process = OperatorProcess(env, tmp_path_factory.mktemp("receiver-operator") / "operator.log",
+                              "--metrics-address", f"127.0.0.1:{free_port()}")
     process.start()
     try:
         yield process
@@ -163,7 +164,7 @@ def test_example_creates_every_child_and_the_topic(
     shrink = kubectl.condition("telemetryreceiver", name, namespace, "PartitionsShrinkRefused")
     assert partitions == 6 or (partitions is not None and partitions > 6 and shrink["status"] == "True")
 
-    assert status["endpoint"] == f"http://{name}-receiver.{namespace}.svc:4318/v1/metrics"
+    assert status["endpoint"] == f"https://{name}-receiver.{namespace}.svc:4318/v1/metrics"
     assert status["observedGeneration"] == 1
     # Right after the Deployment is applied its controller has not observed it yet; once it has, the
     # condition reports the pods (none ever become available here: no kubelet).
@@ -177,6 +178,23 @@ def test_example_creates_every_child_and_the_topic(
     assert kubectl.condition("telemetryreceiver", name, namespace, "AggregationReady")["status"] == "True"
     printed = kubectl.run("get", "tr", name, "-n", namespace).stdout
     assert "ENDPOINT" in printed and status["endpoint"] in printed
+    reconciles = operator_samples(operator, "kct_operator_reconciles_total", kind="TelemetryReceiver")
+    assert sum(reconciles.values()) >= 1 and ("ok", "RolloutInProgress") in reconciles, reconciles
+    (timed,) = operator_samples(operator, "kct_operator_reconcile_duration_seconds_count",
+                                kind="TelemetryReceiver").values()
+    assert timed >= sum(reconciles.values())
+
+
+def operator_samples(operator: OperatorProcess, name: str, **labels: str) -> dict[tuple[str, ...], float]:
+    """The operator's /metrics samples `name` matching `labels`, by their other labels' values."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    address = operator.args[operator.args.index("--metrics-address") + 1]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {tuple(v for k, v in sorted(s.labels.items()) if k not in labels): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())}
 
 
 def test_edits_roll_pods_and_disabling_autoscaling_removes_the_hpa(

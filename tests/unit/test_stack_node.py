@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "stack"))
 import kafka_broker
 import node
 import node_images
+import pytest
+import stack
 
 PATHS = node.NodePaths(Path("/srv/kct/build/node-stack"))
 
@@ -134,3 +136,17 @@ def test_broker_for_a_node_stack_has_a_listener_for_pods_advertised_as_such() ->
     assert "PODS:PLAINTEXT" in with_pods["listener.security.protocol.map"].split(",")
     assert without["advertised.listeners"] == "PLAINTEXT://127.0.0.1:29092"
     assert without["listener.security.protocol.map"] == "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+
+
+def test_the_node_stacks_plugin_trusts_the_receiver_ca_file_over_https(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the receivers serve TLS by default, Then the node stack's plugin posts to an https endpoint and
+    trusts the CA bundle file the e2e helpers and the demo write; a broker without one gets no such line."""
+    monkeypatch.setattr(kafka_broker, "plugin_jar", lambda: Path("/plugin.jar"))  # the jar's build is not the point
+    with_ca = kafka_broker._server_properties(Path("/d"), stack._node_telemetry_endpoint(), 29092, 29093, True, None,
+                                              plugin_tls=kafka_broker.PluginTls(ca_file=Path("/state/receiver-ca.pem")))
+    without = kafka_broker._server_properties(Path("/d"), "http://e", 29092, 29093, True, None)
+    assert "kct.telemetry.tls.ca.file=/state/receiver-ca.pem" in with_ca.splitlines()
+    assert "kct.telemetry.endpoint=https://telemetry-receiver.kct-telemetry.svc.cluster.local:4318/v1/metrics" \
+        in with_ca.splitlines()
+    assert "tls.ca.file" not in without
+    assert stack._node_receiver_ca_file().name == "receiver-ca.pem"

@@ -108,10 +108,17 @@ objects it renders, by name, each with an ownerReference to its TelemetryReceive
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # why: pod attribution: Kubernetes lets the operator grant a receiver's Role only rights it holds itself
-# (RBAC escalation prevention); the operator never reads pods, replicasets or jobs.
+# (RBAC escalation prevention); besides, the operator lists the receiver pods (by their selector labels) to
+# read each replica's client registry for the subscriptions' status.clients, and gets the aggregation's ended
+# driver pods, whose termination message is the OTLP export's report (status.aggregation.export).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
+# why: status.clients of every subscription: each receiver replica's client registry (GET /v1/clients) is
+# read through the API server's pod proxy, as `kubectl kct` does (no route to pod IPs, no NetworkPolicy hole).
+- apiGroups: [""]
+  resources: ["pods/proxy"]
+  verbs: ["get"]
 # why: pod attribution, as for pods: held only to be granted to receivers.
 - apiGroups: ["apps"]
   resources: ["replicasets"]

@@ -56,6 +56,9 @@ class SourceConfig(StrictModel):
     max_records_per_partition: Annotated[int, Field(ge=1)] = 200_000
     # Extra Kafka consumer properties (security.protocol, sasl.*, ssl.*), given to Spark's source as kafka.<name>.
     consumer_properties: dict[str, str] = Field(default_factory=dict)
+    # A mounted Secret of Kafka client properties (one file per property: kct.kafka.client_properties), read
+    # when the job starts and translated for the Java client; consumer_properties win over it.
+    client_properties_dir: str | None = None
 
 
 class WindowConfig(StrictModel):
@@ -99,6 +102,8 @@ class KafkaOutputConfig(StrictModel):
     bootstrap_servers: str = Field(min_length=1)
     topic: str = Field(min_length=1)
     producer_properties: dict[str, str] = Field(default_factory=dict)
+    # As SourceConfig.client_properties_dir, translated for librdkafka; producer_properties win over it.
+    client_properties_dir: str | None = None
 
 
 # The data-point attributes an exported series keeps unless `labels` says otherwise: who the client is and what

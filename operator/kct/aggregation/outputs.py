@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import Producer
@@ -22,11 +24,13 @@ from kct.aggregation.config import AggregationConfig, KafkaOutputConfig
 from kct.aggregation.delivery import StagedAppend
 from kct.aggregation.otlp_export import WindowExporter
 from kct.aggregation.otlp_metrics import EXPORT_COLUMNS
+from kct.kafka.client_properties import librdkafka_properties, read_properties_dir
 
 __all__ = [
     "EXPORT_STATUS_FILE",
     "ROWS_PER_FILE",
     "TABLES",
+    "TERMINATION_LOG",
     "append_once",
     "concurrently",
     "export_status_path",
@@ -36,6 +40,7 @@ __all__ = [
     "table_path",
     "write_counted",
     "write_table",
+    "write_termination_message",
 ]
 
 _T = TypeVar("_T")
@@ -107,8 +112,10 @@ def append_once(spark: Any, cfg: AggregationConfig, table: str, batch_id: int, d
 
 def send_to_kafka(df: Any, out: KafkaOutputConfig) -> None:
     """Aggregate rows as JSON records (key = client instance id or roll-up value), one producer per task."""
+    secret = {} if out.client_properties_dir is None else librdkafka_properties(
+        read_properties_dir(Path(out.client_properties_dir)))
     conf = {"bootstrap.servers": out.bootstrap_servers, "enable.idempotence": True, "acks": "all",
-            "compression.type": "zstd", "enable.metrics.push": False, **out.producer_properties}
+            "compression.type": "zstd", "enable.metrics.push": False, **secret, **out.producer_properties}
     topic = out.topic
     key_col = "client_instance_id" if "client_instance_id" in df.columns else "dimension_value"
     rows = df.select(F.col(key_col).alias("k"), F.to_json(F.struct(*df.columns)).alias("v"))
@@ -148,11 +155,29 @@ def send_to_otlp(spark: Any, df: Any, cfg: AggregationConfig, exporter: WindowEx
     jvm = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(export_status_path(cfg))
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    report = json.dumps(status.as_dict(), sort_keys=True)
     out = fs.create(path, True)
     try:
-        out.write(bytearray(json.dumps(status.as_dict(), sort_keys=True).encode()))
+        out.write(bytearray(report.encode()))
     finally:
         out.close()
+    write_termination_message(report)
+
+
+TERMINATION_LOG = "/dev/termination-log"
+_TERMINATION_LIMIT = 4096  # what the kubelet keeps of a termination message
+
+
+def write_termination_message(report: str, path: str = TERMINATION_LOG) -> bool:
+    """The export's status as the driver container's termination message, when it runs in a Kubernetes pod
+    (the file exists there): Kubernetes copies it into the pod's status when the driver ends, where the
+    operator reads it (kct.controller.export_status) without mounting the sink. Overwritten by every export,
+    so the last one is what the run reports. False when not in a pod or too long to keep whole."""
+    if len(report.encode()) > _TERMINATION_LIMIT or not os.path.exists(path):
+        return False
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(report)
+    return True
 
 
 def concurrently(tasks: dict[str, Callable[[], _T]], spark: Any = None) -> dict[str, _T]:

@@ -6,11 +6,13 @@ so every mode reads the same way; what a push decodes to is kct.aggregation.deco
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from kct.aggregation.config import AggregationConfig
+from kct.aggregation.config import AggregationConfig, SourceConfig
+from kct.kafka.client_properties import java_client_properties, read_properties_dir
 
-__all__ = ["FETCH_MAX_WAIT_MS", "read_records", "require_kafka_source"]
+__all__ = ["FETCH_MAX_WAIT_MS", "kafka_options", "read_records", "require_kafka_source"]
 
 # How long the source's consumers let the broker hold a fetch that finds no new data (Kafka's default: 500 ms).
 # Spark reads offset ranges it already knows, so a long hold only delays a task: reading 10,000 pushes (66 MB,
@@ -36,6 +38,15 @@ def require_kafka_source(spark: Any) -> None:
         ) from exc
 
 
+def kafka_options(src: SourceConfig) -> dict[str, str]:
+    """The source's own Kafka consumer options (`kafka.<name>`): the mounted Secret's, translated for the Java
+    client, then `consumer_properties`. Read on the driver: the options reach the executors with the plan."""
+    properties = {} if src.client_properties_dir is None else java_client_properties(
+        read_properties_dir(Path(src.client_properties_dir)))
+    properties.update(src.consumer_properties)
+    return {f"kafka.{key}": value for key, value in properties.items()}
+
+
 def read_records(spark: Any, cfg: AggregationConfig, *, streaming: bool) -> Any:
     """The topic's records from Spark's Kafka source: key, value, topic, partition, offset, timestamp,
     headers (decode.RAW_SCHEMA_DDL)."""
@@ -53,6 +64,6 @@ def read_records(spark: Any, cfg: AggregationConfig, *, streaming: bool) -> Any:
     )
     if streaming:
         reader = reader.option("maxOffsetsPerTrigger", str(src.max_records_per_partition))
-    for key, value in src.consumer_properties.items():
-        reader = reader.option(f"kafka.{key}", value)
+    for key, value in kafka_options(src).items():
+        reader = reader.option(key, value)
     return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp", "headers")

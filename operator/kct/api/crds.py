@@ -49,6 +49,7 @@ CLIENT_METRICS_SUBSCRIPTION: Final = CrdDefinition(
         PrinterColumn("Subscription", ".status.subscriptionName", description="CLIENT_METRICS resource name"),
         PrinterColumn("Interval", ".spec.intervalMs", "integer", "Push interval in milliseconds"),
         PrinterColumn("Metrics", ".spec.metrics", description="Metric-name prefixes"),
+        PrinterColumn("Clients", ".status.clients.matched", "integer", "Live clients this subscription matches"),
         PrinterColumn("Ready", f"{_READY}.status"),
         PrinterColumn("Reason", f"{_READY}.reason", priority=1),
         PrinterColumn("Age", ".metadata.creationTimestamp", "date"),

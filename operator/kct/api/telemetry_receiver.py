@@ -28,22 +28,28 @@ from kct.receiver.config import ReceiverTuning
 __all__ = [
     "DEFAULT_AGGREGATION_IMAGE",
     "DEFAULT_RECEIVER_IMAGE",
+    "AggregationExportStatus",
     "AggregationSpec",
     "AggregationStatus",
     "AutoscalingSpec",
+    "CaSecretReference",
+    "ClientAuthSpec",
     "DriverSpec",
     "ExecutorSpec",
     "ExportSpec",
     "ExportTlsSpec",
+    "IssuedCertificatesSpec",
     "NetworkPolicySpec",
     "OutputTopicSpec",
     "PodDisruptionBudgetSpec",
     "ReceiverAuthSpec",
     "ReceiverSettings",
+    "ReceiverTlsSpec",
     "ResourceRequirements",
     "SecretKeyReference",
     "TelemetryReceiverSpec",
     "TelemetryReceiverStatus",
+    "TlsStatus",
     "Toleration",
     "TopicStatus",
     "parse_receiver_spec",
@@ -146,6 +152,122 @@ class ReceiverAuthSpec(SpecModel):
     `<name>-token` (key `token`) once and keeps it."""
 
 
+# TLS 1.2 cipher suites (OpenSSL names) accepted by default: forward secrecy and AEAD only. TLS 1.3's suites
+# are all of that kind and are not restricted (Python's ssl cannot choose among them).
+DEFAULT_CIPHER_SUITES: Final = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-CHACHA20-POLY1305",
+)
+CipherSuite = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+# An accepted client certificate subject: a CN or a DNS SAN, compared exactly.
+Subject = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class IssuedCertificatesSpec(SpecModel):
+    """The CA and serving certificate the operator issues when `tls.mode` is `issued` (ECDSA P-256). Renewal
+    happens on the periodic resync once less than `renewBeforeHours` is left; a renewed CA is published in the
+    trust bundle next to the old one (trusted until it expires) and signs serving certificates only after
+    `caPropagationMinutes`, so brokers that reload their trust file in that time lose no push."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule("self.renewBeforeHours < self.validityHours",
+                         "renewBeforeHours must be below validityHours", field_path=".renewBeforeHours"),
+                cel_rule("self.caRenewBeforeHours < self.caValidityHours",
+                         "caRenewBeforeHours must be below caValidityHours", field_path=".caRenewBeforeHours"),
+            ]
+        }
+    )
+
+    validity_hours: int = Field(default=2160, ge=1, le=87600)
+    """Lifetime of a serving certificate (default 90 days)."""
+    renew_before_hours: int = Field(default=720, ge=0, le=87600)
+    """A serving certificate is re-issued when less than this is left (default 30 days)."""
+    ca_validity_hours: int = Field(default=43800, ge=2, le=175200)
+    """Lifetime of the CA (default 5 years)."""
+    ca_renew_before_hours: int = Field(default=8760, ge=1, le=175200)
+    """The CA is renewed when less than this is left (default 1 year): the overlap in which both CAs are
+    trusted."""
+    ca_propagation_minutes: int = Field(default=10, ge=0, le=10080)
+    """Time a renewed CA sits in the published bundle before it signs serving certificates (kubelet's Secret
+    sync and the brokers' trust-file reload must carry it to every broker first)."""
+
+    @model_validator(mode="after")
+    def _renew_before_validity(self) -> IssuedCertificatesSpec:
+        if self.renew_before_hours >= self.validity_hours:
+            raise ValueError(f"renewBeforeHours: {self.renew_before_hours} must be below validityHours "
+                             f"({self.validity_hours})")
+        if self.ca_renew_before_hours >= self.ca_validity_hours:
+            raise ValueError(f"caRenewBeforeHours: {self.ca_renew_before_hours} must be below caValidityHours "
+                             f"({self.ca_validity_hours})")
+        return self
+
+
+class CaSecretReference(SpecModel):
+    """A key of a Secret in the resource's namespace holding a PEM CA bundle."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Secret name."""
+    key: str = Field(default="ca.crt", min_length=1, max_length=253)
+    """Key holding the PEM bundle."""
+
+
+class ClientAuthSpec(SpecModel):
+    """Mutual TLS: pushes must come with a client certificate signed by `caSecretRef`'s CA. The identity used
+    for quotas and records is then the certificate's (its CN), never the `kct-principal` header. Health probes
+    and `/metrics` need no certificate (kubelet and scrapers present none)."""
+
+    ca_secret_ref: CaSecretReference
+    """The CA bundle client certificates must chain to (e.g. the brokers' issuer's `ca.crt`)."""
+    allowed_subjects: list[Subject] = Field(default_factory=list, max_length=256)
+    """Accepted subjects: a certificate is accepted when its CN or one of its DNS SANs is listed. Empty: any
+    certificate the CA signed."""
+
+
+class ReceiverTlsSpec(SpecModel):
+    """TLS on the receivers' OTLP port (on by default). `issued`: the operator runs its own CA and issues and
+    renews the serving certificate; `secret`: a `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`, optional
+    `ca.crt`; what cert-manager writes) kept up to date by someone else; `disabled`: plain HTTP (the token
+    then crosses the network in clear). Receivers reload changed certificate files without restart."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule("self.mode != 'secret' || has(self.secretName)",
+                         "secretName is required when mode is secret", field_path=".secretName"),
+                cel_rule("self.mode != 'disabled' || !has(self.clientAuth)",
+                         "clientAuth needs TLS: mode must not be disabled", field_path=".clientAuth"),
+            ]
+        }
+    )
+
+    mode: Literal["issued", "secret", "disabled"] = "issued"
+    """Where the serving certificate comes from (see above)."""
+    secret_name: str | None = Field(default=None, min_length=1, max_length=253)
+    """The `kubernetes.io/tls` Secret of `mode: secret`."""
+    issued: IssuedCertificatesSpec = IssuedCertificatesSpec()
+    """Validity and renewal of the operator's certificates (`mode: issued`)."""
+    min_version: Literal["TLSv1.2", "TLSv1.3"] = "TLSv1.2"
+    """Oldest TLS version accepted."""
+    cipher_suites: list[CipherSuite] = Field(default_factory=lambda: list(DEFAULT_CIPHER_SUITES), max_length=64)
+    """TLS 1.2 cipher suites (OpenSSL names); the default keeps forward-secret AEAD suites only."""
+    client_auth: ClientAuthSpec | None = None
+    """Mutual TLS; absent: no client certificate asked for."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ReceiverTlsSpec:
+        if self.mode == "secret" and self.secret_name is None:
+            raise ValueError("secretName: required when mode is secret")
+        if self.mode == "disabled" and self.client_auth is not None:
+            raise ValueError("clientAuth: needs TLS, but mode is disabled")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "disabled"
+
+
 # Producer properties that carry credentials. A CR and the ConfigMap rendered from it are readable by anyone
 # who may read the namespace's configuration; credentials belong in Secrets (`producerPropertiesFromSecrets`).
 # The API server refuses the known credential keys at apply time (a CEL rule of map lookups: one over every
@@ -206,6 +328,8 @@ class ReceiverSettings(ReceiverTuning):
 
     auth: ReceiverAuthSpec = ReceiverAuthSpec()
     """Push authentication."""
+    tls: ReceiverTlsSpec = ReceiverTlsSpec()
+    """TLS (and optionally mTLS) on the OTLP port; on by default with certificates the operator issues."""
     producer_properties: dict[str, str] = Field(default_factory=dict, max_length=256)
     """Extra librdkafka producer properties (e.g. `compression.type: zstd`). Credentials are refused here
     (keys containing password or secret, `sasl.jaas.config`, private keys): use
@@ -409,8 +533,10 @@ class TelemetryReceiverSpec(SpecModel):
     receiver: ReceiverSettings = ReceiverSettings()
     """The receiver's settings."""
     kafka: KafkaConnection | None = None
-    """Cluster of the output topic; absent = the operator's default cluster. `secretRef` is used by the
-    operator's admin client (topic management)."""
+    """Cluster of the output topic; absent = the operator's default cluster. `secretRef` (client properties:
+    `security.protocol`, `sasl.*`, `ssl.ca.pem`, ...) is used by the operator's admin client (topic management)
+    and mounted into the receiver pods (their producers) and the Spark job (its Kafka source): no value is
+    copied into a ConfigMap or the resource."""
     topic: OutputTopicSpec = OutputTopicSpec()
     """The output topic."""
     aggregation: AggregationSpec | None = None
@@ -447,6 +573,25 @@ class TopicStatus(SpecModel):
     bootstrap_servers: str | None = None
 
 
+class AggregationExportStatus(SpecModel):
+    """What an aggregation run's OTLP export did, as its driver reported it when it ended."""
+
+    run: str | None = None
+    """The SparkApplication of the run."""
+    windows_sent: int | None = None
+    """Windows exported."""
+    windows_failed: int | None = None
+    """Windows given up after the retries (in Parquet only)."""
+    requests_failed: int | None = None
+    """Export requests not accepted, each attempt counted."""
+    series_sent: int | None = None
+    series_dropped: int | None = None
+    """Series over `maxSeriesPerWindow`, not exported."""
+    last_error: str | None = None
+    last_window_end_sent: str | None = None
+    """End of the newest window exported."""
+
+
 class AggregationStatus(SpecModel):
     """The Spark application of `spec.aggregation`, as the spark-operator reports it."""
 
@@ -459,6 +604,24 @@ class AggregationStatus(SpecModel):
     """The spark-operator's error message, when it gave one."""
     last_run: str | None = None
     """ScheduledSparkApplication: the SparkApplication of the last run."""
+    export: AggregationExportStatus | None = None
+    """With `spec.aggregation.export`: the OTLP export of the newest run whose driver reported it."""
+
+
+class TlsStatus(SpecModel):
+    """The receivers' TLS as the operator last set it up."""
+
+    mode: str
+    """`issued`, `secret` (the spec's)."""
+    ca_bundle_secret: str | None = None
+    """Where brokers read the CA bundle to trust (`kct.telemetry.tls.ca.file`), as `name/key`: during a CA
+    renewal it holds the old and the new CA."""
+    serving_secret: str | None = None
+    """The `kubernetes.io/tls` Secret the receivers serve."""
+    not_after: str | None = None
+    """Expiry of the issued serving certificate (RFC 3339)."""
+    ca_not_after: str | None = None
+    """Expiry of the issuing CA (RFC 3339)."""
 
 
 class TelemetryReceiverStatus(SpecModel):
@@ -471,7 +634,8 @@ class TelemetryReceiverStatus(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     """`Ready` (True when the Deployment is available and the topic exists), `TopicReady`,
-    `PartitionsShrinkRefused`, `ReplicationFactorDiffers`, `ReconciliationPaused`."""
+    `PartitionsShrinkRefused`, `ReplicationFactorDiffers`, `AggregationReady`, `AggregationExported`,
+    `ReconciliationPaused`."""
     replicas: int | None = None
     """Receiver pods the Deployment has."""
     ready_replicas: int | None = None
@@ -480,6 +644,8 @@ class TelemetryReceiverStatus(SpecModel):
     """In-cluster OTLP/HTTP URL for the brokers' plugin (`kct.telemetry.endpoint`)."""
     token_secret: str | None = None
     """Secret (and key) holding the push token, as `name/key` (`kct.telemetry.token.file`)."""
+    tls: TlsStatus | None = None
+    """TLS of the endpoint (absent when `spec.receiver.tls.mode` is disabled)."""
     topic: TopicStatus | None = None
     aggregation: AggregationStatus | None = None
     """The aggregation's Spark application and its state (absent without `spec.aggregation`)."""

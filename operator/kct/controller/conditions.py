@@ -44,6 +44,10 @@ class ConditionType(StrEnum):
     config) or the spec's min ISR cannot be set on it (a warning)."""
     AGGREGATION_READY = "AggregationReady"
     """TelemetryReceiver: the Spark application was accepted and has not failed (or aggregation is off)."""
+    CLIENTS_MATCHED = "ClientsMatched"
+    """ClientMetricsSubscription: live clients match it (False after a while without any; never affects Ready)."""
+    AGGREGATION_EXPORTED = "AggregationExported"
+    """TelemetryReceiver with spec.aggregation.export: the last reported run exported every window over OTLP."""
 
 
 class Reason(StrEnum):
@@ -90,6 +94,18 @@ class Reason(StrEnum):
     """The sparkoperator.k8s.io CRDs are not installed; the aggregation is not deployed."""
     SPARK_APPLICATION_FAILED = "SparkApplicationFailed"
     """AggregationReady=False: the spark-operator reports the aggregation's application failed."""
+    CLIENTS_MATCHED = "ClientsMatched"
+    """ClientsMatched=True: at least one live client matches the subscription."""
+    AWAITING_CLIENTS = "AwaitingClients"
+    """ClientsMatched=Unknown: no client matches yet, for less than the warning period."""
+    NO_MATCHING_CLIENTS = "NoMatchingClients"
+    """ClientsMatched=False (and a Warning event): no live client matched for longer than the warning period."""
+    RECEIVERS_SILENT = "ReceiversSilent"
+    """ClientsMatched=Unknown: no receiver's client registry was read lately, so the matches are not known."""
+    EXPORTED = "Exported"
+    """AggregationExported=True: the last reported run sent every window to spec.aggregation.export."""
+    EXPORT_FAILED = "ExportFailed"
+    """AggregationExported=False: the last reported run gave windows up after its retries (Parquet has them)."""
 
 
 def now_rfc3339(now: dt.datetime | None = None) -> str:

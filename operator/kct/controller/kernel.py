@@ -72,14 +72,18 @@ class KeyedLocks:
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    """How often both controllers resync, how their retries back off, and whether the spark-operator's
+    """How often both controllers resync, how their retries back off, whether the spark-operator's
     applications are watched (only when the operator may list and watch them: the chart's
-    `rbac.sparkApplications`)."""
+    `rbac.sparkApplications`), and how the subscriptions' matched clients are counted."""
 
     resync_seconds: float = 60.0
     backoff_base_seconds: float = 2.0
     backoff_max_seconds: float = 60.0
     watch_spark_applications: bool = False
+    clients_interval_seconds: float = 30.0
+    """How often the receivers' client registries are read and each subscription's `status.clients` updated."""
+    no_clients_warning_seconds: float = 600.0
+    """How long a subscription may match no live client before ClientsMatched=False and a Warning event."""
 
 
 @dataclass(frozen=True)

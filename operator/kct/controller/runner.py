@@ -5,7 +5,13 @@ Settings come from flags with environment fallbacks so the Deployment and local 
 `KAFKA_BOOTSTRAP_SERVERS` (the default cluster), `KCT_KAFKA_PROPERTIES_FILE`, and for several replicas
 `KCT_LEADER_ELECTION` (true/false), `KCT_LEADER_ELECTION_NAME`, `POD_NAMESPACE`, `POD_NAME`, and
 `KCT_WATCH_SPARK_APPLICATIONS` (true/false: the aggregation's state reaches status as the spark-operator
-reports it; needs list/watch on sparkoperator.k8s.io applications).
+reports it; needs list/watch on sparkoperator.k8s.io applications), `KCT_CLIENTS_INTERVAL_SECONDS` (default
+30: how often each subscription's matched clients are counted), `KCT_NO_CLIENTS_WARNING_SECONDS`
+(default 600: how long a subscription may match nothing before its Warning), and `KCT_METRICS_ADDRESS`
+(host:port of the Prometheus /metrics endpoint, `kct.controller.metrics`; empty: none).
+
+The metrics endpoint is served by every replica, the standbys too (their reconcile counts stay at zero), so
+a scrape of the Deployment's pods tells the leader from the standbys and a standby's scrape never fails.
 
 With leader election on, a replica first waits for the Lease (kct.controller.leadership), answering its
 liveness endpoint meanwhile so the kubelet does not restart a healthy standby; only the holder starts
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
 
     from kct.controller.kernel import OperatorConfig
     from kct.controller.leadership import LeaderElector
+    from kct.controller.metrics import OperatorMetrics
 
 __all__ = ["LeaderElection", "register", "register_handlers", "run_operator"]
 
@@ -103,14 +110,19 @@ def _lead(election: LeaderElection, liveness_endpoint: str | None) -> LeaderElec
     return elector
 
 
-def register_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+def register_handlers(
+    registry: kopf.OperatorRegistry, config: OperatorConfig, metrics: OperatorMetrics | None = None
+) -> None:
     """Every handler `kct operator` runs, on one registry: the ClientMetricsSubscription controller (whose
-    startup and login handlers configure kopf for both) and the TelemetryReceiver controller."""
+    startup and login handlers configure kopf for both), the TelemetryReceiver controller, and the timers
+    counting each subscription's matched clients; the first two record into `metrics`."""
+    from kct.controller.clients_handlers import register_clients_handlers
     from kct.controller.subscription_handlers import register_subscription_handlers
     from kct.controller.telemetry_receiver_handlers import register_receiver_handlers
 
-    register_subscription_handlers(registry, config)
-    register_receiver_handlers(registry, config)
+    register_subscription_handlers(registry, config, metrics)
+    register_receiver_handlers(registry, config, metrics)
+    register_clients_handlers(registry, config)
 
 
 def run_operator(
@@ -121,19 +133,29 @@ def run_operator(
     verbose: bool = False,
     election: LeaderElection | None = None,
     watch_spark_applications: bool = False,
+    clients_interval_seconds: float = 30.0,
+    no_clients_warning_seconds: float = 600.0,
+    metrics_address: str | None = None,
 ) -> None:
     import kopf
 
     from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader
     from kct.controller.kernel import OperatorConfig
+    from kct.controller.metrics import OperatorMetrics, serve_metrics
 
     kopf.configure(verbose=verbose, log_prefix=True)  # kopf's format: [namespace/name] on object logs
     # kafka-python logs every refused connection at ERROR; the Ready condition already names the cause.
     logging.getLogger("kafka").setLevel(logging.WARNING if verbose else logging.CRITICAL)
     registry = kopf.OperatorRegistry()
     config = OperatorConfig(resync_seconds=resync_seconds, backoff_max_seconds=backoff_max_seconds,
-                            watch_spark_applications=watch_spark_applications)
-    register_handlers(registry, config)
+                            watch_spark_applications=watch_spark_applications,
+                            clients_interval_seconds=clients_interval_seconds,
+                            no_clients_warning_seconds=no_clients_warning_seconds)
+    metrics = OperatorMetrics()
+    if metrics_address:
+        server = serve_metrics(metrics, metrics_address)
+        log.info("metrics on http://%s:%d/metrics", server.server_address[0], server.server_port)
+    register_handlers(registry, config, metrics)
     # Everything that needs no lease is ready before waiting for it, so a takeover starts kopf at once.
     memo = kopf.Memo(admins=AdminPool.from_environment(KubernetesSecretReader()))
     elector = None
@@ -166,7 +188,9 @@ def _handle(args: argparse.Namespace) -> int:
             lease_duration_seconds=args.lease_duration_seconds,
         )
     run_operator(namespaces, args.resync_seconds, args.backoff_max_seconds, args.liveness, args.verbose, election,
-                 watch_spark_applications=args.watch_spark_applications)
+                 watch_spark_applications=args.watch_spark_applications,
+                 clients_interval_seconds=args.clients_interval_seconds,
+                 no_clients_warning_seconds=args.no_clients_warning_seconds, metrics_address=args.metrics_address)
     return 0
 
 
@@ -217,6 +241,22 @@ def register(subparsers: Any) -> None:
         help="watch the aggregation's SparkApplications so their state reaches status at once, not at the next "
              "resync; needs list/watch on them (default: $KCT_WATCH_SPARK_APPLICATIONS)",
     )
+    parser.add_argument(
+        "--clients-interval-seconds", type=float, default=float(os.environ.get("KCT_CLIENTS_INTERVAL_SECONDS", "30")),
+        help="how often the receivers' client registries are read and each subscription's status.clients updated "
+             "(default: $KCT_CLIENTS_INTERVAL_SECONDS or 30)",
+    )
+    parser.add_argument(
+        "--no-clients-warning-seconds", type=float,
+        default=float(os.environ.get("KCT_NO_CLIENTS_WARNING_SECONDS", "600")),
+        help="how long a subscription may match no live client before ClientsMatched=False and a Warning event "
+             "(default: $KCT_NO_CLIENTS_WARNING_SECONDS or 600)",
+    )
     parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument(
+        "--metrics-address", default=os.environ.get("KCT_METRICS_ADDRESS") or None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 0.0.0.0:8081 (default: "
+             "$KCT_METRICS_ADDRESS; none when unset)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.set_defaults(handler=_handle)

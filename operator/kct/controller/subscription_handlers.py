@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +24,7 @@ from kct.api.crds import GROUP, VERSION
 from kct.controller.kafka_clients import AdminPool
 from kct.controller.kernel import KeyedLocks, OperatorConfig, Outcome
 from kct.controller.kopf_outcome import write_outcome
+from kct.controller.metrics import OperatorMetrics
 from kct.controller.subscription import (
     Claim,
     SubscriptionResource,
@@ -34,6 +36,7 @@ from kct.kafka.port import ClientMetricsAdmin
 __all__ = ["CLAIMS_INDEX", "PLURAL", "SubscriptionHandlers", "claims_index", "register_subscription_handlers"]
 
 PLURAL = "clientmetricssubscriptions"
+KIND = "ClientMetricsSubscription"
 CLAIMS_INDEX = "cms_claims"
 STORAGE_PREFIX = f"operator.{GROUP}"
 log = logging.getLogger(__name__)
@@ -93,8 +96,9 @@ class SubscriptionHandlers:
     """The ClientMetricsSubscription handlers, one method each, so each can be called alone (unit tests pass
     kopf's keyword arguments and an admin pool over the in-memory fake); `register` puts them on a registry."""
 
-    def __init__(self, config: OperatorConfig) -> None:
+    def __init__(self, config: OperatorConfig, metrics: OperatorMetrics | None = None) -> None:
         self.config = config
+        self.metrics = metrics if metrics is not None else OperatorMetrics()
         # One lock per CLIENT_METRICS name: a resync already talking to Kafka when its resource (or a
         # rival claimant) is deleted must finish before the delete runs, or it would recreate the configs.
         self.locks = KeyedLocks()
@@ -118,7 +122,8 @@ class SubscriptionHandlers:
         async with self.locks(subscription.subscription_name):
             if body.metadata.get("deletionTimestamp"):
                 return None
-            return await asyncio.to_thread(
+            started = time.perf_counter()
+            outcome = await asyncio.to_thread(
                 reconcile_subscription,
                 subscription,
                 _claims(index, subscription.subscription_name),
@@ -128,6 +133,8 @@ class SubscriptionHandlers:
                 backoff_base=self.config.backoff_base_seconds,
                 backoff_max=self.config.backoff_max_seconds,
             )
+        self.metrics.observe_reconcile(KIND, time.perf_counter() - started, outcome)
+        return outcome
 
     async def on_change(self, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **kwargs: Any) -> None:
         """create / update / resume: reconcile, write status and events, retry later when the outcome asks."""
@@ -160,5 +167,7 @@ class SubscriptionHandlers:
             kwargs["logger"].warning(outcome.error)
 
 
-def register_subscription_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    SubscriptionHandlers(config).register(registry)
+def register_subscription_handlers(
+    registry: kopf.OperatorRegistry, config: OperatorConfig, metrics: OperatorMetrics | None = None
+) -> None:
+    SubscriptionHandlers(config, metrics).register(registry)

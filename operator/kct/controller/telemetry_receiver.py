@@ -1,6 +1,8 @@
 """Reconciling one TelemetryReceiver, without kopf.
 
-`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_token`
+`reconcile_receiver` reads top to bottom, one named step each: pause? -> `parse_spec` -> `resolve_tls` (the
+operator's CA and serving certificate, issued or renewed as `kct.render.certificates` decides) -> `resolve_token`
+-> `resolve_kafka_secret_version` (the version of spec.kafka.secretRef's Secret, in the pods' config hash)
 -> `plan_receiver` (pure: the desired children, rendered once by `kct.render`) -> `apply_children`
 (server-side, forced) -> `prune_children` (ours, owned, no longer desired) -> `sync_topic` (through the
 Admin API; partitions only grow; replication chosen at creation against the broker count, min ISR kept)
@@ -34,6 +36,7 @@ from kct.api.subscription import KafkaConnection
 from kct.api.telemetry_receiver import TelemetryReceiverSpec, TelemetryReceiverStatus, parse_receiver_spec
 from kct.controller.children import ApplyRefused, ChildrenClient, KindNotInstalled
 from kct.controller.conditions import ConditionType, Reason, now_rfc3339
+from kct.controller.export_status import export_condition, read_export_status
 from kct.controller.kernel import (
     NO_DEFAULT_CLUSTER,
     ConditionTracker,
@@ -57,6 +60,7 @@ from kct.kafka.topics import (
     plan_topic,
 )
 from kct.render import CHILD_KINDS, render_children
+from kct.render.certificates import TlsMaterial, ensure_certificates, service_dns_names
 from kct.render.names import CONFIG_HASH_ANNOTATION, ChildNames, owned_selector
 from kct.render.params import ReceiverParams
 
@@ -75,6 +79,8 @@ __all__ = [
     "plan_receiver",
     "prune_children",
     "reconcile_receiver",
+    "resolve_kafka_secret_version",
+    "resolve_tls",
     "resolve_token",
     "sync_topic",
     "topic_configs",
@@ -186,11 +192,61 @@ def resolve_token(
         raise apply_stop(error) from None
 
 
+def _secret_strings(children: ChildrenClient, namespace: str, name: str) -> dict[str, str]:
+    """A Secret's data, decoded; keys that are not base64 UTF-8 are left out (and so re-issued)."""
+    found = children.get("v1", "Secret", namespace, name)
+    decoded: dict[str, str] = {}
+    for key, value in ((found or {}).get("data") or {}).items():
+        try:
+            decoded[key] = base64.b64decode(value).decode()
+        except (ValueError, TypeError):
+            continue
+    return decoded
+
+
+def resolve_tls(
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, children: ChildrenClient, now: dt.datetime
+) -> TlsMaterial | None:
+    """The operator's CA and serving certificate as they should be now (`tls.mode: issued`): what the owned
+    Secrets hold, renewed or issued where `kct.render.certificates.plan_certificates` says so; None for the
+    other modes. Runs on every reconcile, so the periodic resync renews before expiry."""
+    tls = spec.receiver.tls
+    if tls.mode != "issued":
+        return None
+    names = ChildNames(resource.name)
+    try:
+        ca_data = _secret_strings(children, resource.namespace, names.ca_secret)
+        serving_data = _secret_strings(children, resource.namespace, names.tls_secret)
+    except ApplyRefused as error:
+        raise apply_stop(error) from None
+    dns_names = service_dns_names(names.receiver, resource.namespace)
+    ca_name = f"kct {resource.namespace}/{resource.name}"
+    return ensure_certificates(now, tls.issued, dns_names, ca_data, serving_data, ca_name)
+
+
+def resolve_kafka_secret_version(
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, children: ChildrenClient
+) -> str | None:
+    """resourceVersion of spec.kafka.secretRef's Secret (None: no Secret named, or not there yet: the topic step
+    reports a missing one), so pods that read it at start roll when it changes."""
+    name = None if spec.kafka is None or spec.kafka.secret_ref is None else spec.kafka.secret_ref.name
+    if name is None:
+        return None
+    try:
+        found = children.get("v1", "Secret", resource.namespace, name)
+    except ApplyRefused as error:
+        raise apply_stop(error) from None
+    version = ((found or {}).get("metadata") or {}).get("resourceVersion")
+    return str(version) if version else None
+
+
 def plan_receiver(
-    resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None
+    resource: ReceiverResource, spec: TelemetryReceiverSpec, bootstrap: str, token: str | None,
+    tls: TlsMaterial | None = None, *, kafka_secret_version: str | None = None,
 ) -> ReceiverPlan:
     """The desired children, rendered once (pure: no I/O)."""
-    params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token)
+    params = ReceiverParams(resource.name, resource.namespace, resource.uid, spec, bootstrap, generated_token=token,
+                            tls=tls, kafka_secret_version=kafka_secret_version)
     try:
         children = tuple(render_children(params))
     except ValueError as error:  # a setting the receiver's own config model refuses
@@ -392,6 +448,26 @@ def _aggregation_condition(plan: ReceiverPlan, applied: AppliedChildren, conditi
             conditions.set(ConditionType.AGGREGATION_READY, True, Reason.RECONCILED, message)
 
 
+def _export_report(
+    resource: ReceiverResource,
+    plan: ReceiverPlan,
+    aggregation: dict[str, Any] | None,
+    children: ChildrenClient,
+    conditions: ConditionTracker,
+) -> None:
+    """With `spec.aggregation.export`: the last run's export report into `aggregation["export"]` (the
+    previous one kept while a run is in progress) and the `AggregationExported` condition."""
+    spec = plan.spec.aggregation
+    exporting = aggregation is not None and spec is not None and spec.export is not None
+    export = None
+    if exporting and aggregation is not None:
+        previous = (resource.status.get("aggregation") or {}).get("export")
+        export = read_export_status(children, resource.namespace, aggregation.get("lastRun"), previous)
+        if export is not None:
+            aggregation["export"] = export
+    export_condition(export, exporting, conditions)
+
+
 def _children_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str, Any]:
     _, replicas, ready_replicas, _ = _deployment_progress(applied.bodies.get("Deployment", {}), plan.wanted_replicas)
     fields: dict[str, Any] = {
@@ -404,6 +480,22 @@ def _children_status(plan: ReceiverPlan, applied: AppliedChildren) -> dict[str, 
     ref = plan.params.token_ref
     if ref is not None:
         fields["tokenSecret"] = f"{ref.name}/{ref.key}"
+    tls = _tls_status(plan.params)
+    if tls is not None:
+        fields["tls"] = tls
+    return fields
+
+
+def _tls_status(params: ReceiverParams) -> dict[str, Any] | None:
+    """status.tls: where brokers find the CA bundle, and the issued certificates' expiry."""
+    bundle, serving = params.ca_bundle_ref, params.serving_secret
+    if bundle is None or serving is None:
+        return None
+    fields: dict[str, Any] = {"mode": params.spec.receiver.tls.mode, "caBundleSecret": f"{bundle.name}/{bundle.key}",
+                              "servingSecret": serving}
+    issued = params.issued_tls
+    if issued is not None:
+        fields |= {"notAfter": now_rfc3339(issued.serving_not_after), "caNotAfter": now_rfc3339(issued.ca_not_after)}
     return fields
 
 
@@ -526,7 +618,10 @@ def reconcile_receiver(
 
     try:
         spec, bootstrap = parse_spec(resource, default_bootstrap)
-        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token))
+        tls = resolve_tls(resource, spec, children, now or dt.datetime.now(dt.UTC))
+        events += [Event("Normal", "CertificateIssued", message) for message in (tls.events if tls else ())]
+        plan = plan_receiver(resource, spec, bootstrap, resolve_token(resource, spec, children, new_token), tls,
+                             kafka_secret_version=resolve_kafka_secret_version(resource, spec, children))
         applied = apply_children(plan, children)
         events += prune_children(resource, plan, children)
         _aggregation_condition(plan, applied, conditions)
@@ -534,6 +629,7 @@ def reconcile_receiver(
         aggregation = aggregation_status(plan, applied)
         if aggregation is not None:
             status["aggregation"] = aggregation
+        _export_report(resource, plan, aggregation, children, conditions)
         # The topic after the children: a Kafka outage must not keep the Deployment from being fixed.
         topic = sync_topic(plan, topic_admin_for, resource.namespace)
     except StopReconcile as stop:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -42,6 +43,7 @@ from kct.controller.children import ChildrenClient, KubernetesChildren
 from kct.controller.kafka_clients import AdminPool, KubernetesSecretReader, read_properties_file
 from kct.controller.kernel import KeyedLocks, OperatorConfig, Outcome
 from kct.controller.kopf_outcome import post_events, write_outcome
+from kct.controller.metrics import OperatorMetrics
 from kct.controller.telemetry_receiver import (
     ReceiverResource,
     TopicAdminFactory,
@@ -109,8 +111,9 @@ class ReceiverHandlers:
     """The TelemetryReceiver handlers, one method each, so each can be called alone (unit tests pass kopf's
     keyword arguments and in-memory fakes in the memo); `register` puts them on a registry."""
 
-    def __init__(self, config: OperatorConfig) -> None:
+    def __init__(self, config: OperatorConfig, metrics: OperatorMetrics | None = None) -> None:
         self.config = config
+        self.metrics = metrics if metrics is not None else OperatorMetrics()
         self.locks = KeyedLocks()  # per receiver (namespace, name): see the module's docstring
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
@@ -175,6 +178,7 @@ class ReceiverHandlers:
     async def _reconcile(self, body: Mapping[str, Any], memo: kopf.Memo, retry: int) -> Outcome:
         """Run the blocking reconcile in a thread; the caller holds the receiver's lock."""
         pool = _memo_topics(memo)
+        started = time.perf_counter()
         outcome = await asyncio.to_thread(
             reconcile_receiver,
             ReceiverResource.from_body(body),
@@ -185,6 +189,10 @@ class ReceiverHandlers:
             backoff_base=self.config.backoff_base_seconds,
             backoff_max=self.config.backoff_max_seconds,
         )
+        self.metrics.observe_reconcile(KIND, time.perf_counter() - started, outcome)
+        if "aggregation" in outcome.status or outcome.error is None:  # a stopped reconcile keeps the gauges
+            namespace, name = _key(body)
+            self.metrics.observe_export(namespace, name, (outcome.status.get("aggregation") or {}).get("export"))
         return outcome
 
     async def on_change(self, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
@@ -211,6 +219,8 @@ class ReceiverHandlers:
                 backoff_max=self.config.backoff_max_seconds,
             )
         write_outcome(outcome, body, None)
+        if outcome.retry_after is None:
+            self.metrics.forget_receiver(*_key(body))
 
     async def reconcile_owner(self, namespace: str, owner: str, memo: kopf.Memo) -> None:
         """Reconcile the TelemetryReceiver `owner` now (outside its own handlers) and patch its status; read
@@ -269,5 +279,7 @@ def _deployment_settled(body: Mapping[str, Any]) -> bool:
     return bool(status.get("observedGeneration") == (body.get("metadata") or {}).get("generation"))
 
 
-def register_receiver_handlers(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    ReceiverHandlers(config).register(registry)
+def register_receiver_handlers(
+    registry: kopf.OperatorRegistry, config: OperatorConfig, metrics: OperatorMetrics | None = None
+) -> None:
+    ReceiverHandlers(config, metrics).register(registry)

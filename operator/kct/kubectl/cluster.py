@@ -55,9 +55,10 @@ class Cluster(Protocol):
         """The pods behind the Service's ready addresses (its Endpoints), [] when it has none."""
         ...
 
-    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str]) -> Any:
+    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str],
+                  scheme: str = "http") -> Any:
         """GET `path` on port `port` of a Service or pod (`kind`: services | pods) through the API server's
-        proxy; the decoded JSON body."""
+        proxy, over `scheme` (http or https); the decoded JSON body."""
         ...
 
 
@@ -131,8 +132,11 @@ class KubeCluster:
             if address.target_ref is not None and address.target_ref.kind == "Pod"
         })
 
-    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str]) -> Any:
-        resource = f"/api/v1/namespaces/{namespace}/{kind}/{name}:{port}/proxy{path}"
+    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str],
+                  scheme: str = "http") -> Any:
+        # The proxy's `<scheme>:<name>:<port>` form: an https backend (receivers serve TLS by default).
+        target = f"{scheme}:{name}:{port}" if scheme != "http" else f"{name}:{port}"
+        resource = f"/api/v1/namespaces/{namespace}/{kind}/{target}/proxy{path}"
         noun = "Service" if kind == "services" else "pod"
         where = f"{noun} {namespace}/{name}:{port}{path}"
         request = self._api.param_serialize(

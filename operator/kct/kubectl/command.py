@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from kct.api.client_census import is_live
 from kct.kubectl.cluster import Cluster, KubeCluster, PluginError, current_namespace
 from kct.kubectl.gather import Subscription, gather, load_subscriptions, match_all
 from kct.kubectl.tables import clients_rows, clients_table, dump, top_rows, top_table, why_text
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                                   description="Clients seen lately by the receivers in scope, newest push first, "
                                   "with the subscriptions each matches (the broker's rule: every selector's "
                                   "anchored RE2 regex matches).")
-    clients.add_argument("--subscription", metavar="NAME", help="only clients this subscription matches")
+    clients.add_argument("--subscription", metavar="NAME",
+                         help="only the live clients this subscription matches (what its status.clients counts)")
     clients.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format")
     why = commands.add_parser("why", parents=[scope], help="why a client does or does not match each subscription",
                               description="Every ClientMetricsSubscription in scope, and for each of its match "
@@ -98,7 +100,7 @@ def main(
         elif args.command == "why":
             stdout.write(_why(args.client, gathered.clients, load_subscriptions(cluster, namespace)))
         else:
-            rows = _clients(args.subscription, gathered.clients, load_subscriptions(cluster, namespace))
+            rows = _clients(args.subscription, gathered.clients, load_subscriptions(cluster, namespace), now_ms())
             if args.output in ("json", "yaml"):
                 stdout.write(dump(rows, args.output))
             elif rows:
@@ -112,14 +114,15 @@ def main(
 
 
 def _clients(
-    subscription: str | None, clients: Sequence[ClientEntry], subscriptions: Sequence[Subscription]
+    subscription: str | None, clients: Sequence[ClientEntry], subscriptions: Sequence[Subscription], now: int
 ) -> list[dict[str, Any]]:
-    rows = clients_rows(clients, subscriptions)
     if subscription is None:
-        return rows
+        return clients_rows(clients, subscriptions)
     refs = {s.ref for s in subscriptions if subscription in (s.name, s.ref)}
     if not refs:
         raise PluginError(f"no ClientMetricsSubscription {subscription!r} in scope")
+    # The clients the subscription's status.clients counts: live ones (kct.api.client_census), same match.
+    rows = clients_rows([entry for entry in clients if is_live(entry, now)], subscriptions)
     return [row for row in rows if refs & set(row["subscriptions"])]
 
 

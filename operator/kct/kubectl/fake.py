@@ -19,6 +19,7 @@ class FakeCluster:
         self.answers: dict[tuple[str, str, str, int], Any] = {}  # (namespace, kind, name, port)
         self.endpoints: dict[tuple[str, str], list[str] | PluginError] = {}  # (namespace, service) -> pods
         self.calls: list[tuple[str, str, str, int, str, dict[str, str]]] = []
+        self.schemes: list[str] = []  # the scheme of each call
 
     def add(self, plural: str, obj: dict[str, Any]) -> None:
         self.objects.setdefault(plural, []).append(obj)
@@ -40,8 +41,10 @@ class FakeCluster:
             raise pods
         return pods
 
-    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str]) -> Any:
+    def proxy_get(self, namespace: str, kind: str, name: str, port: int, path: str, headers: dict[str, str],
+                  scheme: str = "http") -> Any:
         self.calls.append((namespace, kind, name, port, path, dict(headers)))
+        self.schemes.append(scheme)
         answer = self.answers.get((namespace, kind, name, port))
         if answer is None:
             raise Unreachable(f"{kind} {namespace}/{name}:{port}{path}: 503 no endpoints available")

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kct.api.client_census import workload
 from kct.api.matching import SubscriptionMatch, broker_selectors, match_client
-from kct.attribution.workload import workload_of
 from kct.kubectl.cluster import RECEIVERS, SUBSCRIPTIONS, Cluster, Forbidden, PluginError, Unreachable
 from kct.otlp.clients_doc import CLIENTS_ROUTE, READ_TOKEN_HEADER, ClientEntry
 from kct.render.names import ChildNames
@@ -39,12 +39,6 @@ class Subscription:
 class Gathered:
     clients: list[ClientEntry]
     warnings: list[str] = field(default_factory=list)  # receivers that did not answer, and why
-
-
-def workload(entry: ClientEntry) -> str:
-    """`deployment/checkout` from the attribution attributes, "" when not attributed."""
-    found = workload_of(entry["attributes"])
-    return "" if found is None else f"{found[0]}/{found[1]}"
 
 
 def load_subscriptions(cluster: Cluster, namespace: str | None) -> list[Subscription]:
@@ -104,9 +98,11 @@ def _ask(cluster: Cluster, receiver: dict[str, Any], warnings: list[str]) -> lis
         secret, key = ref.get("name") or ChildNames(name).token_secret, ref.get("key") or "token"
         headers[READ_TOKEN_HEADER] = cluster.secret_value(namespace, secret, key)
     service = ChildNames(name).receiver
+    tls = ((receiver.get("spec") or {}).get("receiver") or {}).get("tls") or {}  # spec.receiver.tls, on by default
+    scheme = "http" if tls.get("mode") == "disabled" else "https"
 
     def get(kind: str, target: str) -> dict[str, Any]:
-        document = cluster.proxy_get(namespace, kind, target, OTLP_PORT, CLIENTS_ROUTE, headers)
+        document = cluster.proxy_get(namespace, kind, target, OTLP_PORT, CLIENTS_ROUTE, headers, scheme)
         if not isinstance(document, dict):
             raise Unreachable(f"{kind} {namespace}/{target}: the answer is not a clients document")
         return document

@@ -94,12 +94,33 @@ Port = Annotated[int, Field(ge=0, le=65535)]
 
 
 class TlsConfig(StrictModel):
-    """TLS on the listener; with `clientCaFile` every client must present a certificate it signed (mTLS)."""
+    """TLS on the listener; with `clientCaFile` clients present a certificate it signed (mTLS). The files are
+    re-read when they change (checked every `reloadIntervalMs`): new connections get the new certificate, open
+    ones keep theirs."""
 
     cert_file: str = Field(description="PEM server certificate (chain) path.")
     key_file: str = Field(description="PEM private key path.")
     client_ca_file: str | None = Field(
-        default=None, description="PEM CA bundle; when set, client certificates are required (mutual TLS)."
+        default=None, description="PEM CA bundle; when set, client certificates are verified (mutual TLS)."
+    )
+    client_certificate: Literal["require", "request"] = Field(
+        default="require",
+        description="With clientCaFile: `require` refuses the handshake without a valid client certificate; "
+        "`request` lets it through (health probes, /metrics) but refuses pushes and /v1/clients without one.",
+    )
+    allowed_subjects: tuple[str, ...] = Field(
+        default=(),
+        description="With clientCaFile: accepted client certificates name one of these as CN or DNS SAN; "
+        "empty = any certificate the CA signed.",
+    )
+    min_version: Literal["TLSv1.2", "TLSv1.3"] = Field(default="TLSv1.2", description="Oldest TLS version accepted.")
+    cipher_suites: tuple[str, ...] = Field(
+        default=(),
+        description="TLS 1.2 cipher suites (OpenSSL names); empty = Python's secure defaults. TLS 1.3 suites "
+        "are not restricted.",
+    )
+    reload_interval_ms: PositiveInt = Field(
+        default=5000, description="How often the certificate, key and client CA files are checked for changes."
     )
 
 
@@ -306,6 +327,12 @@ class KafkaSinkConfig(StrictModel):
     )
     producer_properties_from_env: dict[str, str] = Field(
         default_factory=dict, description="librdkafka property -> environment variable (e.g. sasl.password)."
+    )
+    client_properties_dir: str | None = Field(
+        default=None,
+        description="Directory of Kafka client properties, one file per property (a mounted Secret: "
+        "security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.pem, ...), read at start and "
+        "translated for librdkafka; the properties above win over it.",
     )
     delivery_timeout_ms: PositiveInt = Field(
         default=10_000, description="How long a push waits for Kafka's acknowledgement before 503."

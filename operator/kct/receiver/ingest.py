@@ -47,7 +47,7 @@ from kct.receiver.accesslog import PushAccessLog
 from kct.receiver.config import ReceiverConfig
 from kct.receiver.errors import BadRequest
 
-__all__ = ["Answer", "ConnectionBudget", "LeanIngestProtocol", "PushHandler", "common_name", "encode_answer",
+__all__ = ["Answer", "ConnectionBudget", "LeanIngestProtocol", "PushHandler", "encode_answer",
            "parse_head"]
 
 MAX_HEAD = 8192
@@ -89,9 +89,14 @@ class PushHandler(Protocol):
         """One `POST /v1/metrics` (`headers` with lower-case names)."""
         ...
 
-    def screen_head(self, headers: Mapping[str, str], declared_length: int) -> Answer | None:
-        """The refusal of a request from its head alone (token, content type, declared length), counted as
-        `handle_push` counts it; None when the body is worth reading."""
+    def screen_head(self, headers: Mapping[str, str], declared_length: int,
+                    peer_principal: str | None = None) -> Answer | None:
+        """The refusal of a request from its head alone (client certificate, token, content type, declared
+        length), counted as `handle_push` counts it; None when the body is worth reading."""
+        ...
+
+    def peer_principal(self, cert: Any) -> str | None:
+        """The identity a connection's verified client certificate gives (None: none, or not accepted)."""
         ...
 
     def connection_closed(self, reason: str) -> Answer:
@@ -126,17 +131,6 @@ class _Date:
 
 
 _DATE = _Date()
-
-
-def common_name(cert: Any) -> str | None:
-    """The subject CN of a peer certificate as `ssl` reports it (None without one)."""
-    if not cert:
-        return None
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return None
 
 
 def parse_head(head: bytes) -> tuple[dict[str, str], int, bool] | None:
@@ -205,7 +199,7 @@ class LeanIngestProtocol(asyncio.Protocol):
         budget.open += 1
         self._counted = True
         self._connections.add(self)
-        self._peer = common_name(transport.get_extra_info("peercert"))
+        self._peer = self._server.peer_principal(transport.get_extra_info("peercert"))
         self._arm("header")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -356,7 +350,7 @@ class LeanIngestProtocol(asyncio.Protocol):
             if not self._screened:
                 # the body is not all here: refuse on the head now rather than wait for (and hold) the body
                 self._head, self._screened = head, True
-                answer = self._server.screen_head(headers, length)
+                answer = self._server.screen_head(headers, length, self._peer)
                 if answer is not None:
                     self._refuse(answer)
                     return

@@ -37,11 +37,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kct.receiver.config import KafkaSinkConfig, resolve_env
+from kct.kafka.client_properties import librdkafka_properties, read_properties_dir
+from kct.receiver.config import ConfigError, KafkaSinkConfig, resolve_env
 from kct.receiver.delivery import DeliveryFailed, DeliveryReports
 from kct.receiver.errors import PayloadTooLarge, PushRejected, Unavailable
 from kct.receiver.producer_lane import ProducerLane
@@ -82,6 +84,12 @@ def producer_config(config: KafkaSinkConfig, max_record_bytes: int) -> dict[str,
         # while the receiver's pods are still terminating.
         "allow.auto.create.topics": False,
     }
+    if config.client_properties_dir is not None:
+        # The cluster's credentials and CA (spec.kafka.secretRef), mounted: never in the config file.
+        try:
+            conf.update(librdkafka_properties(read_properties_dir(Path(config.client_properties_dir))))
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"kafka.clientPropertiesDir {config.client_properties_dir}: {error}") from None
     conf.update(config.producer_properties)
     for prop, env in config.producer_properties_from_env.items():
         conf[prop] = resolve_env(env, f"kafka.producerPropertiesFromEnv.{prop}")

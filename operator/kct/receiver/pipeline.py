@@ -12,8 +12,10 @@ The client instance id (record key) comes from, in order: the broker plugin's `k
 header; the resource attributes `client_instance_id`, `client.instance.id`, `service.instance.id`; else a
 fresh random id (then the push is not rate limited, having no identity). The client id for quotas comes
 from `kct-client-id`, else the resource attributes `client_id` / `client.id`, else "". The quota user is
-principal name of `kct-principal` ("User:alice" -> "alice", as Kafka's quota entities name users), else
-the mTLS client certificate's subject CN, else "".
+principal name of the push's principal ("User:alice" -> "alice", as Kafka's quota entities name users), else
+"". Whose principal is believed is `principal_from` (set by the server, see kct.receiver.tls): `certificate`
+(mTLS: the verified certificate's identity as `User:<CN>`, the header ignored), `header` (the broker's
+`kct-principal`, from a sender that presented the token) or `none` (no authentication: the header is dropped).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
@@ -144,6 +147,7 @@ class Pipeline:
         self.filter = AttributeFilter(config.privacy)
         self.limiter = PushIntervalLimiter(config.rate_limit)
         self.quotas = QuotaManager(config.quotas)
+        self.principal_from: Literal["certificate", "header", "none"] = "header"
         lim = config.limits
         self.admission = Admission(lim.max_inflight_requests, lim.max_inflight_bytes, lim.overload_retry_after_seconds)
         self._monotonic_ms = monotonic_ms
@@ -155,6 +159,9 @@ class Pipeline:
             telemetry.track_attribution()
         telemetry.track_state(lambda: len(self.limiter), lambda: len(self.quotas))
         self.clients = ClientRegistry()
+
+    def _labels(self, push: Push) -> _Labels:
+        return _believed_principal(self.principal_from, push, _broker_labels(push.headers))
 
     async def process(self, push: Push) -> PushOutcome:
         """Store `push` as one record or raise PushRejected; the caller holds an `admission.enter()`."""
@@ -172,8 +179,8 @@ class Pipeline:
         received_ms = self._wall_ms()
         headers = push.headers
 
-        record_headers, instance_id, client_id, principal, interval_ms, terminating = _broker_labels(headers)
-        user = _quota_user(principal) if principal is not None else (push.peer_principal or "")
+        record_headers, instance_id, client_id, principal, interval_ms, terminating = self._labels(push)
+        user = _quota_user(principal) if principal is not None else ""
         # A push a broker forwarded (our plugin names the broker) passed the broker's own push-interval check
         # when it arrived there. Checked again here, on arrival at the receiver, it looks early whenever the
         # plugin's queue delayed its predecessor (a broker restart, a 503 pause): pushes the broker accepted
@@ -304,6 +311,22 @@ class Pipeline:
         return found, "resource"
 
 
+def _believed_principal(principal_from: str, push: Push, labels: _Labels) -> _Labels:
+    """The labels with the principal this receiver believes (see the module docstring): the header's when the
+    sender proved the token, the certificate's with mTLS, none without authentication."""
+    if principal_from == "header":
+        return labels
+    record_headers, instance_id, client_id, _, interval_ms, terminating = labels
+    principal = f"User:{push.peer_principal}" if principal_from == "certificate" and push.peer_principal else None
+    return _with_principal(record_headers, principal), instance_id, client_id, principal, interval_ms, terminating
+
+
+def _with_principal(record_headers: list[tuple[str, bytes]], principal: str | None) -> list[tuple[str, bytes]]:
+    """The record headers with the sender-supplied principal replaced by the believed one (or dropped)."""
+    kept = [(name, value) for name, value in record_headers if name != L.PRINCIPAL.name]
+    return kept if principal is None else [*kept, (L.PRINCIPAL.name, principal.encode())]
+
+
 def _quota_user(principal: str) -> str:
     """Kafka quotas name users by principal name: "User:alice" -> "alice" (KafkaPrincipal "type:name")."""
     _, sep, name = principal.partition(":")
@@ -318,9 +341,10 @@ class _TicketBox:
         self.reserved = 0
 
 
-def _broker_labels(
-    headers: Mapping[str, str],
-) -> tuple[list[tuple[str, bytes]], str | None, str | None, str | None, int | None, bool]:
+_Labels = tuple[list[tuple[str, bytes]], str | None, str | None, str | None, int | None, bool]
+
+
+def _broker_labels(headers: Mapping[str, str]) -> _Labels:
     """Record headers from the plugin's HTTP headers, plus the values the pipeline itself needs."""
     record_headers: list[tuple[str, bytes]] = []
     values: dict[str, str] = {}

@@ -34,7 +34,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from kct.otlp.clients_doc import CLIENTS_ROUTE, READ_TOKEN_HEADER
 from kct.receiver.accesslog import PushAccessLog
 from kct.receiver.codec import Negotiated, encode_export_response, encode_status, negotiate, response_format
-from kct.receiver.config import ReceiverConfig, TlsConfig
+from kct.receiver.config import ReceiverConfig
 from kct.receiver.errors import (
     BadRequest,
     PayloadTooLarge,
@@ -43,10 +43,11 @@ from kct.receiver.errors import (
     Unauthorized,
     Unavailable,
 )
-from kct.receiver.ingest import Answer, ConnectionBudget, LeanIngestProtocol, common_name
+from kct.receiver.ingest import Answer, ConnectionBudget, LeanIngestProtocol
 from kct.receiver.pipeline import Pipeline, Push
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import CONTENT_TYPE_LATEST, Telemetry
+from kct.receiver.tls import TlsReloader, build_ssl_context, certificate_identity
 from kct.receiver.tokens import BearerTokens
 
 __all__ = ["ReceiverServer", "build_ssl_context"]
@@ -54,20 +55,6 @@ __all__ = ["ReceiverServer", "build_ssl_context"]
 log = logging.getLogger(__name__)
 
 ROUTE = "/v1/metrics"
-
-
-def build_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(tls.cert_file, tls.key_file)
-    if tls.client_ca_file is not None:
-        ctx.load_verify_locations(cafile=tls.client_ca_file)
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
-
-
-def _peer_common_name(request: web.Request) -> str | None:
-    transport = request.transport
-    return common_name(transport.get_extra_info("peercert")) if transport is not None else None
 
 
 class ReceiverServer:
@@ -86,6 +73,12 @@ class ReceiverServer:
         self.telemetry = telemetry or Telemetry(config.observability, config.kafka.topic)
         self.pipeline = Pipeline(config, sink, self.telemetry)
         self.tokens = BearerTokens(token) if isinstance(token, str) else token
+        tls = config.listen.tls
+        # mTLS: the certificate is the sender's identity; else the broker's `kct-principal` header is believed
+        # only from a sender that proved it holds the token (kct.receiver.tls, docs/security.md).
+        self.mtls = tls is not None and tls.client_ca_file is not None
+        self.pipeline.principal_from = "certificate" if self.mtls else "header" if self.tokens is not None else "none"
+        self.tls_reloader: TlsReloader | None = None
         self.draining = False
         self._runner: web.AppRunner | None = None
         self._lean_server: asyncio.Server | None = None
@@ -126,9 +119,21 @@ class ReceiverServer:
                 "incomplete_body", "the connection closed before the request body was complete"
             ) from None
 
+    def peer_principal(self, cert: Any) -> str | None:
+        """The identity of a connection's verified client certificate (`getpeercert()`), None without mTLS, without
+        a certificate or when its subject is not in `listen.tls.allowedSubjects`."""
+        tls = self.config.listen.tls
+        if not self.mtls or tls is None:
+            return None
+        return certificate_identity(cert, tls.allowed_subjects)
+
+    def _request_peer(self, request: web.Request) -> str | None:
+        transport = request.transport
+        return self.peer_principal(transport.get_extra_info("peercert")) if transport is not None else None
+
     async def _post_metrics(self, request: web.Request) -> web.StreamResponse:
         answer = await self.handle_push(
-            request.headers, request.content_length, lambda: self._read_body(request), _peer_common_name(request)
+            request.headers, request.content_length, lambda: self._read_body(request), self._request_peer(request)
         )
         return web.Response(status=answer.status, body=answer.body, content_type=answer.content_type,
                             headers=dict(answer.headers) if answer.headers else None)
@@ -148,7 +153,7 @@ class ReceiverServer:
         fmt = response_format(headers.get("content-type"))
         try:
             try:
-                negotiated = self._check_head(headers, declared_length)
+                negotiated = self._check_head(headers, declared_length, peer_principal)
                 fmt = negotiated.fmt
                 content_type = headers.get("content-type", "")
                 content_encoding = headers.get("content-encoding", "")
@@ -179,9 +184,13 @@ class ReceiverServer:
             tel.active_add(-1)
             tel.request_done("POST", ROUTE, status, time.perf_counter() - started, size)
 
-    def _check_head(self, headers: Mapping[str, str], declared_length: int | None) -> Negotiated:
-        """What the head alone decides (token, content type and encoding, draining, declared length):
-        raises the PushRejected, else the negotiated formats."""
+    def _check_head(self, headers: Mapping[str, str], declared_length: int | None,
+                    peer_principal: str | None) -> Negotiated:
+        """What the head alone decides (client certificate, token, content type and encoding, draining, declared
+        length): raises the PushRejected, else the negotiated formats."""
+        if self.mtls and peer_principal is None:
+            raise Unauthorized("client_certificate", "a client certificate signed by the client CA, with an "
+                               "allowed subject, is required")
         if self.tokens is not None:
             _authenticate(headers, self.tokens)
         negotiated = negotiate(headers.get("content-type", ""), headers.get("content-encoding", ""))
@@ -195,11 +204,12 @@ class ReceiverServer:
             )
         return negotiated
 
-    def screen_head(self, headers: Mapping[str, str], declared_length: int) -> Answer | None:
+    def screen_head(self, headers: Mapping[str, str], declared_length: int,
+                    peer_principal: str | None = None) -> Answer | None:
         """The lean path's check of a head whose body is still to come: the refusal `handle_push` would give
         from the head alone (counted the same way), or None."""
         try:
-            self._check_head(headers, declared_length)
+            self._check_head(headers, declared_length, peer_principal)
         except PushRejected as exc:
             self.telemetry.rejected(exc.reason, exc.status)
             self.telemetry.request_done("POST", ROUTE, exc.status, 0.0, -1)
@@ -242,6 +252,8 @@ class ReceiverServer:
                                             "similar_refusals_not_logged": skipped})
 
     async def _clients(self, request: web.Request) -> web.Response:
+        if self.mtls and self._request_peer(request) is None:
+            return web.json_response({"error": "a client certificate with an allowed subject is required"}, status=401)
         if self.tokens is not None and not _reader_authenticated(request.headers, self.tokens):
             return web.json_response(
                 {"error": f"missing or invalid token (Authorization: Bearer, or {READ_TOKEN_HEADER})"},
@@ -283,6 +295,9 @@ class ReceiverServer:
         await self._runner.setup()
         ssl_context = build_ssl_context(cfg.listen.tls) if cfg.listen.tls is not None else None
         server = self._lean_server = await self._start_lean(ssl_context)
+        if cfg.listen.tls is not None and ssl_context is not None:
+            self.tls_reloader = TlsReloader(cfg.listen.tls, ssl_context)
+            self._tasks.append(asyncio.create_task(self._reload_tls_forever(), name="kct-tls-reload"))
         sockets = server.sockets
         self.port = sockets[0].getsockname()[1] if sockets else cfg.listen.port
         if cfg.quotas.overrides_file is not None:
@@ -319,6 +334,17 @@ class ReceiverServer:
             await asyncio.sleep(0.05)
         for protocol in list(self._lean_connections):
             protocol.close()
+
+    async def _reload_tls_forever(self) -> None:
+        assert self.tls_reloader is not None and self.config.listen.tls is not None
+        interval = self.config.listen.tls.reload_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                # Hashing two small files: cheaper than a thread hop, so on the loop.
+                self.tls_reloader.reload_if_changed()
+            except Exception:
+                log.exception("TLS reload crashed")
 
     async def _reload_quotas_forever(self) -> None:
         interval = self.config.quotas.reload_interval_ms / 1000.0

@@ -16,12 +16,15 @@ from kct.render.attribution_rbac import (
 )
 from kct.render.params import ReceiverParams
 from kct.render.receiver_workload import (
+    render_ca_bundle_secret,
+    render_ca_secret,
     render_receiver_configmap,
     render_receiver_deployment,
     render_receiver_hpa,
     render_receiver_network_policy,
     render_receiver_pdb,
     render_receiver_service,
+    render_tls_secret,
     render_token_secret,
 )
 from kct.render.spark import (
@@ -37,6 +40,9 @@ Builder = Callable[[ReceiverParams], dict[str, Any] | None]
 BUILDERS: Final[tuple[Builder, ...]] = (
     render_receiver_configmap,
     render_token_secret,
+    render_ca_secret,
+    render_tls_secret,
+    render_ca_bundle_secret,
     render_receiver_service_account,
     render_attribution_role,
     render_attribution_role_binding,

@@ -61,6 +61,21 @@ class ChildNames:
         return self._child("token")
 
     @property
+    def ca_secret(self) -> str:
+        """The operator's CA (`tls.mode: issued`): its key never leaves this Secret."""
+        return self._child("ca")
+
+    @property
+    def tls_secret(self) -> str:
+        """The receivers' serving certificate (`kubernetes.io/tls`, `tls.mode: issued`)."""
+        return self._child("tls")
+
+    @property
+    def ca_bundle_secret(self) -> str:
+        """The CA bundle brokers trust (`ca.crt`; no private key): published for `kct.telemetry.tls.ca.file`."""
+        return self._child("ca-bundle")
+
+    @property
     def aggregation(self) -> str:
         """SparkApplication / ScheduledSparkApplication and the job's ConfigMap."""
         return self._child("aggregation")

@@ -12,25 +12,34 @@ import copy
 from typing import Any
 
 from kct.render.attribution_rbac import receiver_service_account
+from kct.render.certificates import CA_CERT_KEY, CA_KEY_KEY, PREVIOUS_CA_CERT_KEY, PREVIOUS_CA_KEY_KEY
 from kct.render.names import COMPONENT_RECEIVER, CONFIG_HASH_ANNOTATION, child_labels, selector_labels
 from kct.render.params import (
+    CLIENT_CA_DIR,
+    KAFKA_CLIENT_DIR,
     OTLP_PORT,
     RECEIVER_CONFIG_DIR,
     RECEIVER_CONFIG_KEY,
+    TLS_DIR,
     TOKEN_DIR,
     ReceiverParams,
     config_hash,
+    kafka_secret_name,
+    kafka_secret_parts,
     producer_secret_env,
     receiver_config_yaml,
 )
 
 __all__ = [
+    "render_ca_bundle_secret",
+    "render_ca_secret",
     "render_receiver_configmap",
     "render_receiver_deployment",
     "render_receiver_hpa",
     "render_receiver_network_policy",
     "render_receiver_pdb",
     "render_receiver_service",
+    "render_tls_secret",
     "render_token_secret",
 ]
 
@@ -72,16 +81,57 @@ def render_token_secret(params: ReceiverParams) -> dict[str, Any] | None:
     }
 
 
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def render_ca_secret(params: ReceiverParams) -> dict[str, Any] | None:
+    """The operator's CA (and the previous one through a renewal's overlap), with keys: mounted nowhere, read
+    only by the operator. None unless `tls.mode` is issued."""
+    material = params.issued_tls
+    if material is None:
+        return None
+    data = {CA_CERT_KEY: _b64(material.ca.cert_pem), CA_KEY_KEY: _b64(material.ca.key_pem)}
+    if material.previous_ca is not None:
+        data |= {PREVIOUS_CA_CERT_KEY: _b64(material.previous_ca.cert_pem),
+                 PREVIOUS_CA_KEY_KEY: _b64(material.previous_ca.key_pem)}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _metadata(params, params.names.ca_secret),
+            "type": "Opaque", "data": data}
+
+
+def render_tls_secret(params: ReceiverParams) -> dict[str, Any] | None:
+    """The receivers' serving certificate as cert-manager writes one (`tls.crt`, `tls.key`, `ca.crt`)."""
+    material = params.issued_tls
+    if material is None:
+        return None
+    data = {"tls.crt": _b64(material.serving.cert_pem), "tls.key": _b64(material.serving.key_pem),
+            "ca.crt": _b64(material.bundle)}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _metadata(params, params.names.tls_secret),
+            "type": "kubernetes.io/tls", "data": data}
+
+
+def render_ca_bundle_secret(params: ReceiverParams) -> dict[str, Any] | None:
+    """The trust bundle for the brokers (`ca.crt`: the CA, and the previous one through an overlap), apart
+    from any private key so reading it grants nothing more."""
+    material = params.issued_tls
+    if material is None:
+        return None
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _metadata(params, params.names.ca_bundle_secret),
+            "type": "Opaque", "data": {"ca.crt": _b64(material.bundle)}}
+
+
 def pod_config_hash(params: ReceiverParams) -> str:
-    """Changes whenever the pods must restart to see a change: the config file or the token's source (the
-    token itself is not in it: a changed token reaches running pods through the mounted file)."""
+    """Changes whenever the pods must restart to see a change: the config file, the token's source (the
+    token itself is not in it: a changed token reaches running pods through the mounted file), and the version
+    of the Kafka Secret (read once at start)."""
     ref = params.token_ref
-    return config_hash(receiver_config_yaml(params), f"{ref.name}/{ref.key}" if ref else "")
+    return config_hash(receiver_config_yaml(params), f"{ref.name}/{ref.key}" if ref else "",
+                       *kafka_secret_parts(params))
 
 
-def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
+def _probe(path: str, *, period: int, failures: int, tls: bool) -> dict[str, Any]:
     return {
-        "httpGet": {"path": path, "port": PORT_NAME},
+        "httpGet": {"path": path, "port": PORT_NAME, "scheme": "HTTPS" if tls else "HTTP"},
         "periodSeconds": period,
         "timeoutSeconds": 2,
         "failureThreshold": failures,
@@ -90,6 +140,7 @@ def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
 
 def _container(params: ReceiverParams) -> dict[str, Any]:
     spec = params.spec
+    tls = spec.receiver.tls.enabled
     container: dict[str, Any] = {
         "name": "receiver",
         "image": spec.image,
@@ -97,10 +148,10 @@ def _container(params: ReceiverParams) -> dict[str, Any]:
         "command": ["kct"],
         "args": ["receiver", "--config", f"{RECEIVER_CONFIG_DIR}/{RECEIVER_CONFIG_KEY}"],
         "ports": [{"name": PORT_NAME, "containerPort": OTLP_PORT, "protocol": "TCP"}],
-        "livenessProbe": _probe("/healthz", period=10, failures=3),
-        "readinessProbe": _probe("/readyz", period=10, failures=2),
+        "livenessProbe": _probe("/healthz", period=10, failures=3, tls=tls),
+        "readinessProbe": _probe("/readyz", period=10, failures=2, tls=tls),
         # Up to a minute to start (Kafka metadata at startup) before liveness counts.
-        "startupProbe": _probe("/healthz", period=2, failures=30),
+        "startupProbe": _probe("/healthz", period=2, failures=30, tls=tls),
         # A terminating pod leaves the Service's endpoints only after kube-proxy on every node has caught up;
         # until then new connections still arrive. Serving normally for a few seconds before SIGTERM (the
         # kubelet's own sleep action: no binary needed in the image) means none of them is refused.
@@ -118,6 +169,12 @@ def _container(params: ReceiverParams) -> dict[str, Any]:
     }
     if params.token_ref is not None:
         container["volumeMounts"].append({"name": "token", "mountPath": TOKEN_DIR, "readOnly": True})
+    if params.serving_secret is not None:
+        container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+    if spec.receiver.tls.client_auth is not None:
+        container["volumeMounts"].append({"name": "client-ca", "mountPath": CLIENT_CA_DIR, "readOnly": True})
+    if kafka_secret_name(spec) is not None:
+        container["volumeMounts"].append({"name": "kafka-client", "mountPath": KAFKA_CLIENT_DIR, "readOnly": True})
     env: list[dict[str, Any]] = []
     secret_properties = spec.receiver.producer_properties_from_secrets
     for prop, variable in producer_secret_env(spec).items():
@@ -160,6 +217,23 @@ def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
             "name": "token",
             "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": 0o440},
         })
+    serving = params.serving_secret
+    if serving is not None:
+        # Whole-volume mounts again: kubelet swaps the files on rotation, the receiver reloads them.
+        items = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]
+        pod_spec["volumes"].append({"name": "tls", "secret": {"secretName": serving, "items": items,
+                                                              "defaultMode": 0o440}})
+    client_auth = spec.receiver.tls.client_auth
+    if client_auth is not None:
+        ca_ref = client_auth.ca_secret_ref
+        pod_spec["volumes"].append({"name": "client-ca", "secret": {
+            "secretName": ca_ref.name, "items": [{"key": ca_ref.key, "path": "ca.crt"}], "defaultMode": 0o440}})
+    kafka_secret = kafka_secret_name(spec)
+    if kafka_secret is not None:
+        # The cluster's credentials and CA (spec.kafka.secretRef), one file per property: the receiver's config
+        # names only the directory, so no value reaches the ConfigMap.
+        pod_spec["volumes"].append({"name": "kafka-client",
+                                    "secret": {"secretName": kafka_secret, "defaultMode": 0o440}})
     account = receiver_service_account(params)
     if account is not None:
         pod_spec["serviceAccountName"] = account
@@ -183,6 +257,7 @@ def render_receiver_deployment(params: ReceiverParams) -> dict[str, Any]:
                         or spec.receiver.observability.sink
                     ).lower(),
                     "prometheus.io/port": str(OTLP_PORT),
+                    "prometheus.io/scheme": "https" if spec.receiver.tls.enabled else "http",
                     "prometheus.io/path": spec.receiver.observability.metrics_path,
                 },
             },
@@ -219,7 +294,7 @@ def render_receiver_service(params: ReceiverParams) -> dict[str, Any]:
                     "port": OTLP_PORT,
                     "targetPort": PORT_NAME,
                     "protocol": "TCP",
-                    "appProtocol": "http",
+                    "appProtocol": "https" if params.spec.receiver.tls.enabled else "http",
                 },
             ],
         },

@@ -26,11 +26,14 @@ from kct.render.params import (
     AGGREGATION_CONFIG_DIR,
     AGGREGATION_CONFIG_KEY,
     EXPORT_CA_DIR,
+    KAFKA_CLIENT_DIR,
     ReceiverParams,
     aggregation_config,
     aggregation_config_yaml,
     config_hash,
     export_header_env,
+    kafka_secret_name,
+    kafka_secret_parts,
 )
 
 __all__ = [
@@ -124,10 +127,19 @@ def _application_spec(params: ReceiverParams, mode: list[str], restart: dict[str
         # emptyDir keeps it writable and as ephemeral (object store URLs need no volume).
         mounts.append({"name": "aggregates", "mountPath": aggregation.sink_path})
         volumes.append({"name": "aggregates", "emptyDir": {}})
+    kafka_secret = kafka_secret_name(params.spec)
+    if kafka_secret is not None:
+        # The cluster's credentials and CA (spec.kafka.secretRef), one file per property, read by the driver into
+        # the Kafka source's options; mounted on the executors too, for properties that name files. Kubernetes'
+        # default mode, as the export's CA: the pods have no fsGroup, so a group-only file would be root's alone.
+        mounts.append({"name": "kafka-client", "mountPath": KAFKA_CLIENT_DIR, "readOnly": True})
+        volumes.append({"name": "kafka-client", "secret": {"secretName": kafka_secret}})
     labels = child_labels(params.name, COMPONENT_AGGREGATION, params.version)
     # The spark-operator does not restart a running application when its ConfigMap changes:
-    # an annotation with the config's hash on the driver makes the change visible in the spec.
-    annotations = {"telemetry.kct.dev/config-hash": config_hash(aggregation_config_yaml(config))}
+    # an annotation with the config's hash on the driver makes the change visible in the spec (and the Kafka
+    # Secret's version: the driver reads it at start).
+    annotations = {"telemetry.kct.dev/config-hash": config_hash(aggregation_config_yaml(config),
+                                                                *kafka_secret_parts(params))}
     driver: dict[str, Any] = {
         "cores": aggregation.driver.cores,
         "memory": aggregation.driver.memory,

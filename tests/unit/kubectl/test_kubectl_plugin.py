@@ -208,3 +208,15 @@ def test_completion_script_names_the_subcommands_and_their_options(cluster: Fake
     status, script = _run(cluster, "completion", "bash")
     assert status == 0 and "complete -F _kubectl_kct kubectl-kct" in script
     assert 'clients) words="' in script and "--subscription" in script and "--sort" in script
+
+
+def test_receivers_are_asked_over_https_unless_their_tls_is_disabled(cluster: FakeCluster) -> None:
+    """Given a receiver with the default spec (TLS on), Then the proxy call is https; with
+    `receiver.tls.mode: disabled` it is http."""
+    assert _run(cluster, "clients", "-n", "kafka")[0] == 0
+    assert cluster.schemes == ["https"]
+    plain = _receiver("kafka", "telemetry", {"enabled": True})
+    plain["spec"]["receiver"]["tls"] = {"mode": "disabled"}
+    cluster.objects["telemetryreceivers"] = [plain]
+    assert _run(cluster, "clients", "-n", "kafka")[0] == 0
+    assert cluster.schemes == ["https", "http"]

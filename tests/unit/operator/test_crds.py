@@ -65,8 +65,10 @@ def test_client_metrics_subscription_crd_shape() -> None:
     version = crd["spec"]["versions"][0]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Subscription", "Interval", "Metrics", "Ready", "Reason", "Age"
+        "Subscription", "Interval", "Metrics", "Clients", "Ready", "Reason", "Age"
     ]
+    clients = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Clients")
+    assert (clients["jsonPath"], clients["type"]) == (".status.clients.matched", "integer")
     root = version["schema"]["openAPIV3Schema"]
     spec = root["properties"]["spec"]
     assert spec["required"] == ["metrics"]

@@ -3,10 +3,12 @@ status, and every failure path, without a cluster."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from kct.api.subscription import KafkaConnection
 from kct.api.telemetry_receiver import TelemetryReceiverStatus
@@ -58,7 +60,7 @@ class World:
             self.kube,
             self.admin_for,
             default_bootstrap="default:9092",
-            now=NOW,
+            now=kwargs.pop("now", NOW),
             new_token=lambda: "fresh-token",
             **kwargs,
         )
@@ -87,7 +89,7 @@ def test_ready_when_the_deployment_is_available_and_the_topic_exists() -> None:
     assert world.kafka.topics["raw"] == TopicState("raw", 4, 1, {"retention.ms": "1000", "min.insync.replicas": "1"})
     ready = world.condition()
     assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("True", "Reconciled", 1)
-    assert world.status["endpoint"] == "http://tr-receiver.ns.svc:4318/v1/metrics"
+    assert world.status["endpoint"] == "https://tr-receiver.ns.svc:4318/v1/metrics"
     assert (world.status["replicas"], world.status["readyReplicas"]) == (2, 2)
     assert world.status["topic"] == {
         "name": "raw",
@@ -202,7 +204,9 @@ def test_more_replicas_than_brokers_is_a_condition_naming_the_field_not_a_crash(
         condition = world.condition(type_)
         assert (condition["status"], condition["reason"]) == ("False", "ReplicationUnsatisfiable")
         assert condition["message"].startswith("spec.topic.replicationFactor: 3 is above the cluster's 1 broker(s);")
-    assert [e.reason for e in outcome.events] == ["ReplicationUnsatisfiable"] and outcome.retry_after is None
+    # the first reconcile also issues the default TLS certificates (CA and serving)
+    assert [e.reason for e in outcome.events] == ["CertificateIssued", "CertificateIssued", "ReplicationUnsatisfiable"]
+    assert outcome.retry_after is None
     assert world.reconcile(spec).events == ()
     world.kafka.brokers = 3  # brokers added: the next resync creates it
     world.reconcile(spec)
@@ -225,7 +229,7 @@ def test_an_existing_topics_other_replication_is_reported_in_status_once() -> No
     assert differs["message"].startswith("spec.topic.replicationFactor: topic 'raw' has 1 replicas per partition, "
                                          "the spec asks for 3 (the default: min(3, brokers))")
     assert "does not change an existing topic's replication by config" in differs["message"]
-    assert [e.reason for e in outcome.events] == ["ReplicationFactorDiffers"]
+    assert [e.reason for e in outcome.events] == ["CertificateIssued", "CertificateIssued", "ReplicationFactorDiffers"]
     assert world.reconcile({"topic": {"name": "raw", "partitions": 6}}).events == ()
 
 
@@ -355,3 +359,77 @@ def test_topic_deletion_retries_while_kafka_is_down() -> None:
     world.reconcile(spec)
     world.kafka.unreachable = True
     assert delete_receiver(world.resource(spec), world.admin_for).retry_after is not None
+
+
+def _secret_text(world: World, name: str, key: str) -> str:
+    found = world.kube.objects[("Secret", "ns", name)]
+    return base64.b64decode(found["data"][key]).decode()
+
+
+def test_tls_by_default_issues_a_ca_and_a_serving_certificate_once_and_renews_on_a_later_resync() -> None:
+    """Given a spec without tls, When reconciled, Then the operator's CA, the serving certificate
+    (kubernetes.io/tls) and the CA bundle are owned children, status names the bundle, and the endpoint is
+    https; reconciled again at once nothing is re-issued; reconciled once the certificate is within
+    renewBeforeHours, a new serving certificate from the same CA replaces it, announced by an event."""
+    world = World(AVAILABLE)
+    first = world.reconcile({})
+    issued = [e for e in first.events if e.reason == "CertificateIssued"]
+    assert len(issued) == 2
+    assert world.status["endpoint"].startswith("https://")
+    assert world.status["tls"]["caBundleSecret"] == "tr-ca-bundle/ca.crt"
+    assert world.status["tls"]["servingSecret"] == "tr-tls"
+    assert world.kube.objects[("Secret", "ns", "tr-tls")]["type"] == "kubernetes.io/tls"
+    for name in ("tr-ca", "tr-tls", "tr-ca-bundle"):
+        labels = world.kube.objects[("Secret", "ns", name)]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "kct-operator"
+    ca = _secret_text(world, "tr-ca", "ca.crt")
+    serving = _secret_text(world, "tr-tls", "tls.crt")
+    assert _secret_text(world, "tr-ca-bundle", "ca.crt") == ca
+    assert "PRIVATE KEY" not in _secret_text(world, "tr-ca-bundle", "ca.crt")
+
+    again = world.reconcile({})
+    assert not [e for e in again.events if e.reason == "CertificateIssued"]
+    assert _secret_text(world, "tr-tls", "tls.crt") == serving
+
+    later = NOW + dt.timedelta(days=61)  # 29 days left of 90, below the 30 days of renewBeforeHours
+    renewed = world.reconcile({}, now=later)
+    assert [e.message for e in renewed.events if e.reason == "CertificateIssued"] == [
+        "issued a serving certificate: it expires at 2027-02-19T12:00:00+00:00, within renewBeforeHours"]
+    assert _secret_text(world, "tr-tls", "tls.crt") != serving
+    assert _secret_text(world, "tr-ca", "ca.crt") == ca
+
+
+def test_tls_disabled_or_from_a_secret_issues_nothing() -> None:
+    """Given `tls.mode: disabled`, Then plain http and no certificate Secrets; given `mode: secret`, Then https
+    from the user's Secret, whose ca.crt status names for the brokers."""
+    world = World(AVAILABLE)
+    world.reconcile({"receiver": {"tls": {"mode": "disabled"}}})
+    assert world.status["endpoint"].startswith("http://") and "tls" not in world.status
+    assert ("Secret", "ns", "tr-tls") not in world.kube.objects
+    world.reconcile({"receiver": {"tls": {"mode": "secret", "secretName": "mine"}}})
+    assert world.status["endpoint"].startswith("https://")
+    assert world.status["tls"] == {"mode": "secret", "caBundleSecret": "mine/ca.crt", "servingSecret": "mine"}
+    assert ("Secret", "ns", "tr-ca") not in world.kube.objects
+
+
+def test_a_renewed_ca_joins_the_published_bundle_beside_the_old_one() -> None:
+    """Given issued certificates, When reconciled once the CA is within caRenewBeforeHours, Then the bundle the
+    brokers read holds the new CA and the old one (the overlap), the serving certificate stays signed by the old
+    CA until the new one propagated, and after caPropagationMinutes a new one is signed by the new CA."""
+    world = World(AVAILABLE)
+    world.reconcile({})
+    old_ca = _secret_text(world, "tr-ca", "ca.crt")
+    renewal = NOW + dt.timedelta(days=4 * 365 + 1)  # under a year left of the CA's 5
+    world.reconcile({}, now=renewal)
+    bundle = _secret_text(world, "tr-ca-bundle", "ca.crt")
+    new_ca = _secret_text(world, "tr-ca", "ca.crt")
+    assert new_ca != old_ca and bundle == new_ca + old_ca
+    assert _secret_text(world, "tr-tls", "ca.crt") == bundle
+    assert _secret_text(world, "tr-ca", "previous-ca.crt") == old_ca
+    serving = x509.load_pem_x509_certificate(_secret_text(world, "tr-tls", "tls.crt").encode())
+    serving.verify_directly_issued_by(x509.load_pem_x509_certificate(old_ca.encode()))
+
+    world.reconcile({}, now=renewal + dt.timedelta(minutes=11))
+    serving = x509.load_pem_x509_certificate(_secret_text(world, "tr-tls", "tls.crt").encode())
+    serving.verify_directly_issued_by(x509.load_pem_x509_certificate(new_ca.encode()))
+    assert _secret_text(world, "tr-ca-bundle", "ca.crt") == bundle

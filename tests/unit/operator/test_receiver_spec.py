@@ -141,3 +141,23 @@ def test_the_crd_refuses_credentials_in_plain_properties_with_the_models_rule() 
     (rule,) = [r for r in rules if r.get("fieldPath") == ".producerProperties"]
     assert all(f"'{key}'" in rule["rule"] for key in SECRET_PROPERTY_KEYS)
     assert "k in self.producerProperties" in rule["rule"] and "producerPropertiesFromSecrets" in rule["message"]
+
+
+def test_tls_is_issued_by_default_with_tls12_and_forward_secret_suites() -> None:
+    tls = parse_receiver_spec({}).receiver.tls
+    assert (tls.mode, tls.min_version, tls.client_auth) == ("issued", "TLSv1.2", None)
+    assert tls.cipher_suites and all(suite.startswith("ECDHE-") for suite in tls.cipher_suites)
+    assert tls.issued.renew_before_hours < tls.issued.validity_hours
+
+
+@pytest.mark.parametrize(("tls", "named"), [
+    ({"mode": "secret"}, "secretName"),
+    ({"mode": "disabled", "clientAuth": {"caSecretRef": {"name": "broker-ca"}}}, "clientAuth"),
+    ({"issued": {"validityHours": 24, "renewBeforeHours": 24}}, "renewBeforeHours"),
+    ({"issued": {"caValidityHours": 100, "caRenewBeforeHours": 200}}, "caRenewBeforeHours"),
+    ({"minVersion": "TLSv1.1"}, "minVersion"),
+    ({"cipherSuites": ["RC4 MD5"]}, "cipherSuites"),
+])
+def test_inconsistent_tls_settings_are_refused_naming_the_field(tls: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValidationError, match=named):
+        parse_receiver_spec({"receiver": {"tls": tls}})

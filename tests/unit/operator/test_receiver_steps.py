@@ -21,6 +21,7 @@ from kct.controller.telemetry_receiver import (
     parse_spec,
     plan_receiver,
     prune_children,
+    resolve_kafka_secret_version,
     resolve_token,
     sync_topic,
 )
@@ -204,3 +205,31 @@ def test_sync_topic_stops_a_topic_the_brokers_cannot_hold_before_asking_the_brok
     assert stopped.value.message.startswith("spec.topic.minInsyncReplicas: 3 is above the replication factor 2")
     assert stopped.value.also == "TopicReady" and stopped.value.warn and stopped.value.retry_scale is None
     assert kafka.calls == []
+
+
+def test_a_changed_kafka_secret_rolls_the_pods_that_read_it_at_start() -> None:
+    """Given spec.kafka.secretRef and that Secret in the namespace, When its resourceVersion changes, Then the
+    receiver pods' and the Spark driver's config hashes change (they read the Secret once, at start); a
+    receiver without a Secret resolves no version, and its hash ignores one."""
+    spec = {"kafka": {"bootstrapServers": "k:9093", "secretRef": {"name": "kafka-client"}},
+            "aggregation": {"enabled": True}}
+    res = resource(spec)
+    parsed, bootstrap = parse_spec(res, None)
+    children = InMemoryChildren()
+    assert resolve_kafka_secret_version(res, parsed, children) is None  # not there yet: the topic step says so
+    hashes = []
+    for version in ("100", "101"):
+        children.objects[("Secret", "ns", "kafka-client")] = {"metadata": {"name": "kafka-client",
+                                                                          "resourceVersion": version}}
+        resolved = resolve_kafka_secret_version(res, parsed, children)
+        assert resolved == version
+        plan = plan_receiver(res, parsed, bootstrap, "t0k3n", kafka_secret_version=resolved)
+        pod = plan.manifest("Deployment")["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+        driver = plan.manifest("SparkApplication")["spec"]["driver"]["annotations"][CONFIG_HASH_ANNOTATION]
+        hashes.append((pod, driver))
+    assert hashes[0][0] != hashes[1][0] and hashes[0][1] != hashes[1][1]
+    plain = resource({"topic": {"name": "raw"}})
+    plain_spec, plain_bootstrap = parse_spec(plain, "default:9092")
+    assert resolve_kafka_secret_version(plain, plain_spec, children) is None
+    assert plan_receiver(plain, plain_spec, plain_bootstrap, "t0k3n", kafka_secret_version="100").config_hash == \
+        plan_for({"topic": {"name": "raw"}}).config_hash  # a version without a Secret named changes nothing

@@ -170,6 +170,30 @@ def test_receiver_series_in_dashboards_and_rules_are_the_receivers_own() -> None
     assert named - exposed == set()
 
 
+def operator_series() -> set[str]:
+    """Every series name the operator's /metrics exposes once each metric has a sample."""
+    from prometheus_client.exposition import generate_latest
+
+    from kct.controller.kernel import Outcome
+    from kct.controller.metrics import OperatorMetrics
+
+    metrics = OperatorMetrics()
+    ready = {"conditions": [{"type": "Ready", "status": "False", "reason": "KafkaUnreachable"}]}
+    metrics.observe_reconcile("TelemetryReceiver", 0.1, Outcome(ready, retry_after=1.0, error="down"))
+    metrics.observe_export("ns", "tr", {"windowsSent": 1, "windowsFailed": 1})
+    text = generate_latest(metrics.registry).decode()
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def test_operator_series_in_dashboards_and_rules_are_the_operators_own() -> None:
+    """Given the dashboards' and rules' expressions, Then every operator series they name (kct_operator_*) is
+    one the operator's /metrics exposes."""
+    exprs = [expr for _, expr in dashboard_expressions()] + [rule["expr"] for rule in alerts()]
+    named = {name for expr in exprs for name in re.findall(r"\b(kct_operator_\w+)", expr)}
+    assert len(named) >= 3
+    assert named - operator_series() == set()
+
+
 def test_operations_doc_lists_every_alert() -> None:
     """Given docs/operations.md's alert table, Then it names every alert of the rules file, and no other."""
     doc = (REPO / "docs" / "operations.md").read_text()

@@ -82,7 +82,7 @@ def test_defaults_render_the_operator_and_least_privilege_rbac(render: Render) -
 def test_operator_deployment_is_hardened(render: Render) -> None:
     """Given the defaults, then the operator runs as two replicas electing one leader (rolled one at a time,
     never below two), non-root, with a read-only root filesystem, no capabilities, a liveness probe on the
-    health endpoint and resource requests."""
+    health endpoint, its metrics on their own port, and resource requests."""
     deployment = _one(render(), "Deployment")
     spec = deployment["spec"]
     assert spec["replicas"] == 2
@@ -94,7 +94,8 @@ def test_operator_deployment_is_hardened(render: Render) -> None:
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
     }
-    assert container["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz", "--lease-duration-seconds=10"]
+    assert container["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz",
+                                 "--metrics-address=0.0.0.0:8081", "--lease-duration-seconds=10"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["resources"]["requests"] == {"cpu": "50m", "memory": "128Mi"}
     assert container["image"] == "ghcr.io/kct-dev/kct:0.1.0"
@@ -129,7 +130,7 @@ def test_without_leader_election_one_replica_is_recreated(render: Render) -> Non
     spec = _one(objects, "Deployment")["spec"]
     assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
     (container,) = spec["template"]["spec"]["containers"]
-    assert container["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert container["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz", "--metrics-address=0.0.0.0:8081"]
     assert not {obj["kind"] for obj in objects} & {"Role", "RoleBinding", "PodDisruptionBudget"}
 
 

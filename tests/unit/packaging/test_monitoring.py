@@ -1,4 +1,5 @@
-"""The chart's monitoring objects: dashboards as ConfigMaps, the PrometheusRule, the receivers' ServiceMonitor.
+"""The chart's monitoring objects: dashboards as ConfigMaps, the PrometheusRule, the receivers' ServiceMonitor,
+the operator's PodMonitor and metrics port.
 
 All off by default (the Prometheus Operator's CRDs and Grafana's sidecar are the user's choice); rendered with
 the real helm binary, like test_helm_chart.py.
@@ -21,9 +22,9 @@ from kct.render.names import COMPONENT_RECEIVER, MANAGED_BY, child_labels
 from kct.render.receiver_workload import PORT_NAME
 
 ALL_ON = ("--set", "dashboards.enabled=true", "--set", "prometheusRule.enabled=true",
-          "--set", "serviceMonitor.enabled=true")
+          "--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true")
 RULES = CHART / "rules" / "kct.rules.yaml"
-MONITORING_KINDS = {"PrometheusRule", "ServiceMonitor"}
+MONITORING_KINDS = {"PrometheusRule", "ServiceMonitor", "PodMonitor"}
 
 
 def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -35,8 +36,8 @@ def dashboards_of(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_nothing_for_monitoring_by_default(render: Render) -> None:
-    """Given the default values, Then no dashboard ConfigMap, PrometheusRule or ServiceMonitor is rendered (the
-    install manifest and clusters without the Prometheus Operator stay as they were)."""
+    """Given the default values, Then no dashboard ConfigMap, PrometheusRule, ServiceMonitor or PodMonitor is
+    rendered (the install manifest and clusters without the Prometheus Operator stay as they were)."""
     objects = render()
     assert not dashboards_of(objects)
     assert not [obj for obj in objects if obj["kind"] in MONITORING_KINDS]
@@ -119,21 +120,55 @@ def test_thresholds_replace_only_their_alerts_number(render: Render) -> None:
 def test_service_monitor_scrapes_the_receivers_with_their_job(render: Render) -> None:
     """Given serviceMonitor.enabled, Then it selects the operator's receiver Services in every namespace, on
     the OTLP port's /metrics, with job from app.kubernetes.io/name (kct-receiver, what the rules select);
-    listed namespaces, https and a tlsConfig follow the values."""
+    listed namespaces, the scheme and a tlsConfig follow the values; by default https (receivers serve TLS by
+    default), encrypted without verification (each issued receiver has its own CA)."""
     (monitor,) = of_kind(render(*ALL_ON), "ServiceMonitor")
     spec = monitor["spec"]
     assert spec["jobLabel"] == "app.kubernetes.io/name"
     assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/name": "kct-receiver",
                                                "app.kubernetes.io/managed-by": "kct-operator"}
     assert spec["namespaceSelector"] == {"any": True}
-    assert spec["endpoints"] == [{"port": "http-otlp", "path": "/metrics", "interval": "30s", "scheme": "http"}]
+    assert spec["endpoints"] == [{"port": "http-otlp", "path": "/metrics", "interval": "30s", "scheme": "https",
+                                  "tlsConfig": {"insecureSkipVerify": True}}]
     assert 'job="kct-receiver"' in RULES.read_text()
     (narrow,) = of_kind(render("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.namespaces={kafka}",
-                               "--set", "serviceMonitor.scheme=https",
-                               "--set", "serviceMonitor.tlsConfig.serverName=receiver.kafka.svc"), "ServiceMonitor")
+                               "--set", "serviceMonitor.tlsConfig.serverName=receiver.kafka.svc",
+                               "--set", "serviceMonitor.tlsConfig.insecureSkipVerify=false"), "ServiceMonitor")
     assert narrow["spec"]["namespaceSelector"] == {"matchNames": ["kafka"]}
     assert narrow["spec"]["endpoints"][0]["scheme"] == "https"
-    assert narrow["spec"]["endpoints"][0]["tlsConfig"] == {"serverName": "receiver.kafka.svc"}
+    assert narrow["spec"]["endpoints"][0]["tlsConfig"] == {"serverName": "receiver.kafka.svc",
+                                                           "insecureSkipVerify": False}
+    (plain,) = of_kind(render("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.scheme=http",
+                              "--set", "serviceMonitor.tlsConfig=null"), "ServiceMonitor")
+    assert plain["spec"]["endpoints"][0]["scheme"] == "http" and "tlsConfig" not in plain["spec"]["endpoints"][0]
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def test_pod_monitor_scrapes_the_operators_metrics_port_with_its_job(render: Render) -> None:
+    """Given podMonitor.enabled, Then it selects the operator's pods (the Deployment's selector) in the release's
+    namespace, on the container's `metrics` port, which serves `--metrics-address` on metricsPort, with
+    job="kct-operator"; with metricsPort 0 there is neither port, flag nor PodMonitor."""
+    objects = render(*ALL_ON)
+    (monitor,) = of_kind(objects, "PodMonitor")
+    (deployment,) = of_kind(objects, "Deployment")
+    spec = monitor["spec"]
+    assert spec["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert spec["namespaceSelector"] == {"matchNames": ["kct-system"]}
+    assert spec["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s",
+                                            "relabelings": [{"targetLabel": "job", "replacement": "kct-operator"}]}]
+    container = operator_container(objects)
+    assert {"name": "metrics", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    assert "--metrics-address=0.0.0.0:8081" in container["args"]
+
+    off = render(*ALL_ON, "--set", "metricsPort=0")
+    assert not of_kind(off, "PodMonitor")
+    assert [port["name"] for port in operator_container(off)["ports"]] == ["health"]
+    assert not [arg for arg in operator_container(off)["args"] if arg.startswith("--metrics-address")]
 
 
 def test_receiver_labels_and_port_match_the_monitor() -> None:

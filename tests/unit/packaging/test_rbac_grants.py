@@ -27,9 +27,12 @@ _NAMESPACED: frozenset[tuple[str, str, str]] = frozenset(
         ("networking.k8s.io", "networkpolicies"), ("sparkoperator.k8s.io", "sparkapplications"),
         ("sparkoperator.k8s.io", "scheduledsparkapplications"), ("", "serviceaccounts"),
         ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings")] for verb in _MANAGE}
-    # pod attribution: held only so the operator may grant them to the receivers' Role
+    # pod attribution: held so the operator may grant them to the receivers' Role (pods: also listed to find
+    # the receiver replicas whose client registries it reads)
     | {(group, resource, verb) for group, resource in [("", "pods"), ("apps", "replicasets"), ("batch", "jobs")]
        for verb in _READ}
+    # status.clients: each receiver replica's client registry, read through the API server's pod proxy
+    | {("", "pods/proxy", "get")}
 )
 _CRDS = frozenset(("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in _READ)
 _NAMESPACES = frozenset(("", "namespaces", verb) for verb in _READ)

@@ -190,3 +190,24 @@ def test_header_names_are_unique_and_prefixed() -> None:
     """Given the broker labels, then each HTTP header starts with kct- and names are unique."""
     names = [label.http_header for label in L.BROKER_LABELS]
     assert len(set(names)) == len(names) and all(n.startswith(L.HEADER_PREFIX) for n in names)
+
+
+def test_a_mounted_kafka_secret_configures_the_producer_and_explicit_properties_win(tmp_path: Path) -> None:
+    """Given kafka.clientPropertiesDir laid out as a mounted Secret (SCRAM over SASL_SSL, a CA) and a
+    producerProperties entry, then the producer gets the Secret's values in librdkafka's spelling, the
+    explicit property over the Secret's, and still idempotence and acks=all; an unknown key in the Secret is a
+    ConfigError naming the directory and the key."""
+    for key, value in {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+                       "sasl.password": "pw\n", "ssl.ca.pem": "PEM", "client.id": "from-secret"}.items():
+        (tmp_path / key).write_text(value)
+    config = KafkaSinkConfig(bootstrap_servers="k:9093", client_properties_dir=str(tmp_path),
+                             producer_properties={"client.id": "explicit"})
+    conf = producer_config(config, 1_000_000)
+    assert {key: conf[key] for key in ("security.protocol", "sasl.mechanisms", "sasl.username", "sasl.password",
+                                       "ssl.ca.pem", "client.id")} == {
+        "security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "u",
+        "sasl.password": "pw", "ssl.ca.pem": "PEM", "client.id": "explicit"}
+    assert conf["enable.idempotence"] is True and conf["acks"] == "all" and conf["bootstrap.servers"] == "k:9093"
+    (tmp_path / "sasl.kerberos.keytab").write_text("/k")
+    with pytest.raises(ConfigError, match=rf"kafka\.clientPropertiesDir {tmp_path}: .*sasl\.kerberos\.keytab"):
+        producer_config(config, 1_000_000)

@@ -6,6 +6,7 @@ diff of tests/unit/render/golden/ before committing it.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import yaml
 
 from kct.api.telemetry_receiver import parse_receiver_spec
 from kct.render import BUILDERS, ReceiverParams
+from kct.render.certificates import KeyPair, TlsMaterial
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = Path(__file__).parent / "golden"
@@ -35,13 +37,15 @@ CASES: dict[str, dict[str, Any]] = {
         "replicas": 3,
         "receiver": {
             "auth": {"tokenSecretRef": {"name": "push-token", "key": "value"}},
+            "tls": {"mode": "secret", "secretName": "receiver-cert", "minVersion": "TLSv1.3",
+                    "clientAuth": {"caSecretRef": {"name": "broker-ca"}, "allowedSubjects": ["broker-0", "broker-1"]}},
             "producerProperties": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
             "producerPropertiesFromSecrets": {
                 "sasl.username": {"name": "kafka-user", "key": "username"},
                 "sasl.password": {"name": "kafka-user", "key": "password"},
             },
         },
-        "kafka": {"bootstrapServers": "kafka-bootstrap.kafka:9092"},
+        "kafka": {"bootstrapServers": "kafka-bootstrap.kafka:9093", "secretRef": {"name": "kafka-client"}},
         "topic": {"name": "telemetry.raw", "partitions": 12},
         "networkPolicy": {
             "enabled": True,
@@ -57,6 +61,16 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
+# Stand-ins for the PEMs `ensure_certificates` makes (random keys): the builders copy them, never parse them.
+GOLDEN_TLS = TlsMaterial(
+    ca=KeyPair("<ca.crt>\n", "<ca.key>\n"),
+    previous_ca=KeyPair("<previous-ca.crt>\n", "<previous-ca.key>\n"),
+    serving=KeyPair("<tls.crt>\n", "<tls.key>\n"),
+    serving_not_after=dt.datetime(2026, 4, 1, tzinfo=dt.UTC),
+    ca_not_after=dt.datetime(2031, 1, 1, tzinfo=dt.UTC),
+)
+
+
 def params_for(case: str) -> ReceiverParams:
     return ReceiverParams(
         name="telemetry",
@@ -65,6 +79,7 @@ def params_for(case: str) -> ReceiverParams:
         spec=parse_receiver_spec(CASES[case]),
         bootstrap_servers="kafka-bootstrap.kafka:9092",
         generated_token="golden-token",
+        tls=GOLDEN_TLS,
         version="golden",
     )
 

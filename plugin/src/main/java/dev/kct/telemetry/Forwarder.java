@@ -1,7 +1,6 @@
 package dev.kct.telemetry;
 
 import java.io.IOException;
-import java.io.InputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -11,11 +10,6 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.attribute.FileTime;
-import java.security.GeneralSecurityException;
-import java.security.KeyStore;
-import java.security.cert.Certificate;
-import java.security.cert.CertificateFactory;
-import java.security.cert.X509Certificate;
 import java.time.Instant;
 import java.util.List;
 import java.util.Map;
@@ -25,10 +19,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 import javax.net.ssl.SSLContext;
-import javax.net.ssl.SSLEngine;
-import javax.net.ssl.TrustManager;
-import javax.net.ssl.TrustManagerFactory;
-import javax.net.ssl.X509ExtendedTrustManager;
+import javax.net.ssl.SSLParameters;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -61,7 +52,8 @@ public final class Forwarder implements AutoCloseable {
     private final PushQueue queue;
     private final ForwarderMetrics metrics;
     private final RetryPolicy retryPolicy;
-    private final HttpClient http;
+    private final TlsContextSource tls;
+    private volatile Client client;
     private final List<Thread> senders = new CopyOnWriteArrayList<>();
     private final AtomicLong lastWarnNanos = new AtomicLong(System.nanoTime() - WARN_EVERY_NANOS);
     private volatile URI endpoint;
@@ -78,15 +70,7 @@ public final class Forwarder implements AutoCloseable {
         this.retryPolicy = new RetryPolicy(config.retryBackoffMs, config.retryBackoffMaxMs);
         this.endpoint = config.endpoint;
         this.token = config.tokenFile == null ? null : new TokenSource(config.tokenFile);
-        HttpClient.Builder builder = HttpClient.newBuilder()
-            .version(HttpClient.Version.HTTP_1_1)
-            .connectTimeout(config.connectTimeout)
-            .followRedirects(HttpClient.Redirect.NEVER);
-        SSLContext ssl = sslContext(config);
-        if (ssl != null) {
-            builder.sslContext(ssl);
-        }
-        this.http = builder.build();
+        this.tls = new TlsContextSource(config, metrics::recordTlsReload, metrics::recordTlsReloadError);
         for (int i = 0; i < config.senderThreads; i++) {
             Thread t = new Thread(this::sendLoop, "kct-telemetry-sender-" + i);
             t.setDaemon(true);
@@ -176,7 +160,7 @@ public final class Forwarder implements AutoCloseable {
             String problem;
             long started = System.nanoTime();
             try {
-                HttpResponse<Void> response = http.send(request(target, item.push, tokenSource),
+                HttpResponse<Void> response = httpClient().send(request(target, item.push, tokenSource),
                     HttpResponse.BodyHandlers.discarding());
                 status = response.statusCode();
                 if (status >= 200 && status < 300) {
@@ -242,6 +226,56 @@ public final class Forwarder implements AutoCloseable {
             }
             return;
         }
+    }
+
+    /** An HTTP client built on one generation of TLS material: a new one when the material changed. */
+    private record Client(long generation, HttpClient http) {
+    }
+
+    /** Raised instead of a send while no TLS material could be loaded: handled as an unreachable endpoint. */
+    static final class TlsMaterialUnavailableException extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        TlsMaterialUnavailableException(String message) {
+            super(message);
+        }
+    }
+
+    /**
+     * The HTTP client for this send. When the TLS files changed, a new client (new connections, new
+     * handshakes) replaces the old one, whose in-flight requests finish and whose idle connections go
+     * with it.
+     */
+    private HttpClient httpClient() throws TlsMaterialUnavailableException {
+        TlsContextSource.Material material = tls.current();
+        if (material == null) {
+            throw new TlsMaterialUnavailableException(tls.problem());
+        }
+        Client current = client;
+        if (current != null && current.generation() == material.generation()) {
+            return current.http();
+        }
+        synchronized (this) {
+            if (client == null || client.generation() != material.generation()) {
+                client = new Client(material.generation(), newHttpClient(material.context()));
+            }
+            return client.http();
+        }
+    }
+
+    private HttpClient newHttpClient(SSLContext context) {
+        SSLParameters parameters = context.getDefaultSSLParameters();
+        parameters.setProtocols(config.tlsProtocols.toArray(new String[0]));
+        if (!config.tlsCipherSuites.isEmpty()) {
+            parameters.setCipherSuites(config.tlsCipherSuites.toArray(new String[0]));
+        }
+        return HttpClient.newBuilder()
+            .version(HttpClient.Version.HTTP_1_1)
+            .connectTimeout(config.connectTimeout)
+            .followRedirects(HttpClient.Redirect.NEVER)
+            .sslContext(context)
+            .sslParameters(parameters)
+            .build();
     }
 
     private void fail(URI target, String why) {
@@ -356,77 +390,6 @@ public final class Forwarder implements AutoCloseable {
         private String current() {
             String v = value;
             return v == null || v.isEmpty() ? null : v;
-        }
-    }
-
-    static SSLContext sslContext(ForwarderConfig config) {
-        try {
-            if (config.tlsInsecureSkipVerify) {
-                SSLContext ctx = SSLContext.getInstance("TLS");
-                ctx.init(null, new TrustManager[] {new TrustAll()}, null);
-                LOG.warn("{} is true: the endpoint's certificate is NOT verified",
-                    ForwarderConfig.TLS_INSECURE_SKIP_VERIFY);
-                return ctx;
-            }
-            KeyStore trust = null;
-            if (config.tlsCaFile != null) {
-                trust = KeyStore.getInstance(KeyStore.getDefaultType());
-                trust.load(null, null);
-                try (InputStream in = Files.newInputStream(config.tlsCaFile)) {
-                    int i = 0;
-                    for (Certificate cert : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
-                        trust.setCertificateEntry("ca-" + i++, cert);
-                    }
-                }
-            } else if (config.tlsTruststorePath != null) {
-                trust = KeyStore.getInstance(config.tlsTruststoreType);
-                try (InputStream in = Files.newInputStream(config.tlsTruststorePath)) {
-                    trust.load(in, config.tlsTruststorePassword.toCharArray());
-                }
-            }
-            if (trust == null) {
-                return null;
-            }
-            TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
-            tmf.init(trust);
-            SSLContext ctx = SSLContext.getInstance("TLS");
-            ctx.init(null, tmf.getTrustManagers(), null);
-            return ctx;
-        } catch (IOException | GeneralSecurityException e) {
-            throw new org.apache.kafka.common.config.ConfigException(
-                "kct telemetry TLS trust material cannot be loaded: " + e);
-        }
-    }
-
-    /** Accepts any certificate and host name: only for tls.insecure.skip.verify=true. */
-    private static final class TrustAll extends X509ExtendedTrustManager {
-        @Override
-        public void checkClientTrusted(X509Certificate[] chain, String authType, java.net.Socket socket) {
-        }
-
-        @Override
-        public void checkServerTrusted(X509Certificate[] chain, String authType, java.net.Socket socket) {
-        }
-
-        @Override
-        public void checkClientTrusted(X509Certificate[] chain, String authType, SSLEngine engine) {
-        }
-
-        @Override
-        public void checkServerTrusted(X509Certificate[] chain, String authType, SSLEngine engine) {
-        }
-
-        @Override
-        public void checkClientTrusted(X509Certificate[] chain, String authType) {
-        }
-
-        @Override
-        public void checkServerTrusted(X509Certificate[] chain, String authType) {
-        }
-
-        @Override
-        public X509Certificate[] getAcceptedIssuers() {
-            return new X509Certificate[0];
         }
     }
 }

@@ -3,9 +3,14 @@ package dev.kct.telemetry;
 import java.net.URI;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+
+import javax.net.ssl.SSLContext;
 
 import org.apache.kafka.common.config.ConfigException;
 
@@ -37,6 +42,14 @@ public final class ForwarderConfig {
     public static final String TLS_TRUSTSTORE_PASSWORD = PREFIX + "tls.truststore.password";
     public static final String TLS_TRUSTSTORE_TYPE = PREFIX + "tls.truststore.type";
     public static final String TLS_INSECURE_SKIP_VERIFY = PREFIX + "tls.insecure.skip.verify";
+    public static final String TLS_CERT_FILE = PREFIX + "tls.cert.file";
+    public static final String TLS_KEY_FILE = PREFIX + "tls.key.file";
+    public static final String TLS_KEYSTORE_PATH = PREFIX + "tls.keystore.path";
+    public static final String TLS_KEYSTORE_PASSWORD = PREFIX + "tls.keystore.password";
+    public static final String TLS_KEYSTORE_TYPE = PREFIX + "tls.keystore.type";
+    public static final String TLS_MIN_VERSION = PREFIX + "tls.min.version";
+    public static final String TLS_CIPHER_SUITES = PREFIX + "tls.cipher.suites";
+    public static final String TLS_RELOAD_CHECK_MS = PREFIX + "tls.reload.check.ms";
     public static final String JMX_PREFIX = PREFIX + "jmx.prefix";
 
     /** Properties the broker may change at run time (kafka-configs --alter --entity-type brokers). */
@@ -61,6 +74,18 @@ public final class ForwarderConfig {
     public final String tlsTruststorePassword;
     public final String tlsTruststoreType;
     public final boolean tlsInsecureSkipVerify;
+    /** PEM client certificate chain and private key for mTLS (both or neither). */
+    public final Path tlsCertFile;
+    public final Path tlsKeyFile;
+    /** Or a keystore holding the client key and chain (its password also unlocks the key). */
+    public final Path tlsKeystorePath;
+    public final String tlsKeystorePassword;
+    public final String tlsKeystoreType;
+    /** Protocols offered: the minimum and every newer one the JVM knows. */
+    public final List<String> tlsProtocols;
+    /** Cipher suites offered, or empty for the JVM's defaults. */
+    public final List<String> tlsCipherSuites;
+    public final long tlsReloadCheckMs;
     public final String jmxPrefix;
 
     private ForwarderConfig(Map<String, ?> configs) {
@@ -81,6 +106,14 @@ public final class ForwarderConfig {
         tlsTruststorePassword = string(configs, TLS_TRUSTSTORE_PASSWORD, "");
         tlsTruststoreType = string(configs, TLS_TRUSTSTORE_TYPE, "PKCS12");
         tlsInsecureSkipVerify = bool(configs, TLS_INSECURE_SKIP_VERIFY, false);
+        tlsCertFile = path(configs, TLS_CERT_FILE);
+        tlsKeyFile = path(configs, TLS_KEY_FILE);
+        tlsKeystorePath = path(configs, TLS_KEYSTORE_PATH);
+        tlsKeystorePassword = string(configs, TLS_KEYSTORE_PASSWORD, "");
+        tlsKeystoreType = string(configs, TLS_KEYSTORE_TYPE, "PKCS12");
+        tlsProtocols = protocolsFrom(string(configs, TLS_MIN_VERSION, DEFAULT_TLS_MIN_VERSION));
+        tlsCipherSuites = cipherSuites(string(configs, TLS_CIPHER_SUITES, ""));
+        tlsReloadCheckMs = longValue(configs, TLS_RELOAD_CHECK_MS, 10_000, 10, 3_600_000);
         jmxPrefix = string(configs, JMX_PREFIX, "kct.telemetry");
         if (retryBackoffMaxMs < retryBackoffMs) {
             throw new ConfigException(RETRY_BACKOFF_MAX_MS, retryBackoffMaxMs,
@@ -90,6 +123,63 @@ public final class ForwarderConfig {
             throw new ConfigException(TLS_CA_FILE, tlsCaFile, "set either " + TLS_CA_FILE + " or "
                 + TLS_TRUSTSTORE_PATH + ", not both");
         }
+        if ((tlsCertFile == null) != (tlsKeyFile == null)) {
+            String set = tlsCertFile != null ? TLS_CERT_FILE : TLS_KEY_FILE;
+            String missing = tlsCertFile != null ? TLS_KEY_FILE : TLS_CERT_FILE;
+            throw new ConfigException(set, tlsCertFile != null ? tlsCertFile : tlsKeyFile,
+                "a client certificate needs its private key: set " + missing + " too");
+        }
+        if (tlsCertFile != null && tlsKeystorePath != null) {
+            throw new ConfigException(TLS_CERT_FILE, tlsCertFile, "set either " + TLS_CERT_FILE + " and "
+                + TLS_KEY_FILE + " (PEM) or " + TLS_KEYSTORE_PATH + ", not both");
+        }
+        if (tlsKeystorePath == null && !tlsKeystorePassword.isEmpty()) {
+            throw new ConfigException(TLS_KEYSTORE_PASSWORD, "(hidden)", "has no effect without "
+                + TLS_KEYSTORE_PATH);
+        }
+    }
+
+    /** Whether any TLS file is configured: only then is there anything to load or reload. */
+    public boolean hasTlsFiles() {
+        return tlsCaFile != null || tlsTruststorePath != null || tlsCertFile != null || tlsKeystorePath != null;
+    }
+
+    public static final String DEFAULT_TLS_MIN_VERSION = "TLSv1.2";
+    /** Newest first; older versions than TLSv1.2 are broken or deprecated (RFC 8996) and never offered. */
+    private static final List<String> TLS_VERSIONS = List.of("TLSv1.3", "TLSv1.2");
+
+    private static List<String> protocolsFrom(String minVersion) {
+        int at = TLS_VERSIONS.indexOf(minVersion);
+        if (at < 0) {
+            throw new ConfigException(TLS_MIN_VERSION, minVersion, "must be one of " + TLS_VERSIONS
+                + " (older versions are not offered)");
+        }
+        return TLS_VERSIONS.subList(0, at + 1);
+    }
+
+    private static List<String> cipherSuites(String raw) {
+        List<String> wanted = new ArrayList<>();
+        for (String part : raw.split(",")) {
+            if (!part.isBlank()) {
+                wanted.add(part.trim());
+            }
+        }
+        if (wanted.isEmpty()) {
+            return List.of();
+        }
+        List<String> supported;
+        try {
+            supported = Arrays.asList(SSLContext.getDefault().getSupportedSSLParameters().getCipherSuites());
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new ConfigException(TLS_CIPHER_SUITES, raw, "cannot list this JVM's cipher suites: " + e);
+        }
+        List<String> unknown = new ArrayList<>(wanted);
+        unknown.removeAll(supported);
+        if (!unknown.isEmpty()) {
+            throw new ConfigException(TLS_CIPHER_SUITES, raw, "not supported by this JVM: " + unknown
+                + " (names as in the JSSE standard names, e.g. TLS_AES_128_GCM_SHA256)");
+        }
+        return List.copyOf(wanted);
     }
 
     /** Parse the broker's configuration map (unknown keys ignored); throws ConfigException on bad values. */

@@ -41,6 +41,8 @@ public final class ForwarderMetrics implements AutoCloseable {
     private final Sensor rateLimited;
     private final Sensor endpointUnavailable;
     private final Sensor tokenReloads;
+    private final Sensor tlsReloads;
+    private final Sensor tlsReloadErrors;
     private final Sensor retries;
     private final Sensor sendLatency;
 
@@ -64,6 +66,10 @@ public final class ForwarderMetrics implements AutoCloseable {
         endpointUnavailable = counter("endpoint-unavailable",
             "attempts that found the endpoint unavailable (connection error, timeout, 401, 408, 5xx): queue paused");
         tokenReloads = counter("token-reloads", "times a 401 made the plugin re-read its token file");
+        tlsReloads = counter("tls-reloads",
+            "times changed TLS files (CA, truststore, client certificate, key, keystore) were loaded");
+        tlsReloadErrors = counter("tls-reload-errors",
+            "times changed TLS files could not be loaded: the previous material was kept");
         sendLatency = metrics.sensor("send-latency");
         sendLatency.add(name("send-latency-avg", "average ms of a successful POST"), new Avg());
         sendLatency.add(name("send-latency-max", "max ms of a successful POST"), new Max());
@@ -123,6 +129,14 @@ public final class ForwarderMetrics implements AutoCloseable {
 
     void recordTokenReload() {
         tokenReloads.record();
+    }
+
+    void recordTlsReload() {
+        tlsReloads.record();
+    }
+
+    void recordTlsReloadError() {
+        tlsReloadErrors.record();
     }
 
     /** Current value of one of this forwarder's metrics by name (e.g. "dropped-total"); NaN if absent. */
