@@ -16,9 +16,11 @@ Three dashboards, each on a `datasource` variable (any Prometheus):
 - **pipeline**: the receiver's own metrics (kct.receiver.telemetry: pushes, refusals by reason, rate-limited
   and throttled pushes, closed connections, Kafka latency and errors) and the export's failures.
 
-The workload variables (`k8s_namespace_name`, `k8s_deployment_name`) match with `=~` and an "All" of `.*`,
-which also matches a series without the label: until the attribution's resource attributes reach the
-aggregates, the clients dashboard works on `client_software_name` and `client_id` alone.
+The workload variables (`k8s_namespace_name`, `k8s_workload_kind`, `k8s_workload_name`: the export's workload
+labels) match with `=~` and an "All" of `.*`, which also matches a series without the label: clients that
+were not attributed stay on the panels. The export sends each metric per client (with `client_instance_id`)
+and per workload (without it: every instance of the workload merged); the per-client panels select
+`client_instance_id!=""`, the per-workload ones `client_instance_id=""`, so neither counts the other.
 The rates of the clients dashboard are the Java client's own rate gauges (`record.send.rate`, ...): gauges
 read the same whatever temporality the broker asked for, where a counter sent as a delta sum would need
 `sum_over_time` instead of `rate`. librdkafka sends only KIP-714's required set (latencies, queue and
@@ -61,8 +63,9 @@ OPERATOR_JOB: Final = "kct-operator"  # the chart's PodMonitor (and the node sta
 # before 2.5.3: the versions with the KIP-714 bug the alert KctClientsOnBuggyLibrdkafka names.
 AFFECTED_LIBRDKAFKA_NAMES: Final = "librdkafka|confluent-kafka-.+"
 AFFECTED_LIBRDKAFKA_VERSIONS: Final = r"(.+-rdkafka-)?(0|1|2\\.[0-4]|2\\.5\\.[0-2])([.-].*)?"
-# Every series of the aggregation job's export: KIP-714 producer and consumer metrics.
-_CLIENT_SERIES: Final = '__name__=~"kafka_(producer|consumer)_.+"'
+# Every per-client series of the aggregation job's export: KIP-714 producer and consumer metrics (the export's
+# per-workload series of the same names have no client_instance_id).
+_CLIENT_SERIES: Final = '__name__=~"kafka_(producer|consumer)_.+", client_instance_id!=""'
 _DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 _WIDTH: Final = 12
 _HEIGHT: Final = 8
@@ -152,9 +155,10 @@ def fleet() -> gd.Dashboard:
 
 
 # -- clients ---------------------------------------------------------------------------------------
-_CLIENT: Final = ('k8s_namespace_name=~"$namespace", k8s_deployment_name=~"$workload", '
-                  'client_software_name=~"$software", client_id=~"$client"')
+_WORKLOAD: Final = 'k8s_namespace_name=~"$namespace", k8s_workload_kind=~"$kind", k8s_workload_name=~"$workload"'
+_CLIENT: Final = f'client_instance_id!="", {_WORKLOAD}, client_software_name=~"$software", client_id=~"$client"'
 _BY: Final = "client_id"
+_WORKLOAD_BY: Final = "k8s_namespace_name, k8s_workload_kind, k8s_workload_name"
 
 
 def _per_client(aggregate: str, metric: str) -> tuple[str, str]:
@@ -163,14 +167,31 @@ def _per_client(aggregate: str, metric: str) -> tuple[str, str]:
     return f"{aggregate} by ({_BY}) ({metric}{{{_CLIENT}}})", legend
 
 
+def _per_workload(metric: str) -> tuple[str, str]:
+    """The export's per-workload series of `metric` (its instances already merged by the job)."""
+    legend = "{{k8s_workload_kind}}/{{k8s_workload_name}} " + metric.removeprefix("kafka_").removesuffix(
+        "_milliseconds")
+    # Only the workload variables: these series have no client id or software (a client chosen would empty
+    # the panel rather than narrow it).
+    return f'max by ({_WORKLOAD_BY}) ({metric}{{client_instance_id="", {_WORKLOAD}}})', legend
+
+
 def clients() -> gd.Dashboard:
     return (
         _dashboard("kct-clients", "KIP-714 clients: per workload and client",
                    "The aggregation job's per-window aggregates, per client (and per workload once attributed).")
         .with_variable(_variable("namespace", "Namespace", f"label_values({{{_CLIENT_SERIES}}}, k8s_namespace_name)"))
-        .with_variable(_variable("workload", "Workload", f"label_values({{{_CLIENT_SERIES}}}, k8s_deployment_name)"))
+        .with_variable(_variable("kind", "Workload kind",
+                                 f"label_values({{{_CLIENT_SERIES}}}, k8s_workload_kind)"))
+        .with_variable(_variable("workload", "Workload", f"label_values({{{_CLIENT_SERIES}}}, k8s_workload_name)"))
         .with_variable(_variable("software", "Software", f"label_values({{{_CLIENT_SERIES}}}, client_software_name)"))
         .with_variable(_variable("client", "Client id", f"label_values({{{_CLIENT_SERIES}}}, client_id)"))
+        .with_row(gd.Row("Workloads"))
+        .with_panel(_graph("Instances per workload", "Clients each workload's series merge (the unattributed "
+                           "clients under an empty workload).", "short",
+                           _per_workload("kct_aggregation_workload_instances")))
+        .with_panel(_graph("Produce rate per workload", "Records sent per second, the workload's instances added.",
+                           "short", _per_workload("kafka_producer_record_send_rate")))
         .with_row(gd.Row("Throughput"))
         .with_panel(_graph("Produce rate", "Records sent per second (Java clients' record.send.rate).", "short",
                            _per_client("sum", "kafka_producer_record_send_rate")))

@@ -44,12 +44,12 @@ from pyspark.sql import functions as F
 from kct.aggregation.decode import LABEL_COLUMNS
 from kct.aggregation.terminating import TERMINATING_HEADERS, TERMINATING_METRIC
 from kct.aggregation.transforms import (
-    CLIENT_METRICS_COLUMNS,
     LAST_POINT_COLUMNS,
     ROLLUP_COLUMNS,
     ROLLUP_DIMENSIONS,
     SERIES_KEYS,
     with_quantiles,
+    with_workload_columns,
 )
 
 __all__ = ["aggregate_client_metrics", "client_metrics_and_last", "may_terminate_sql", "rollups", "sorted_points_of"]
@@ -242,7 +242,7 @@ def _finish(agg: DataFrame, size: int) -> DataFrame:
         df = df.withColumn(name, F.col(f"_d.{name}"))
     for name in ("value_last", "value_min", "value_max", "value_avg"):
         df = df.withColumn(name, F.when(~not_value, F.col(name)))
-    return _with_quantiles(df).select(*CLIENT_METRICS_COLUMNS)
+    return with_workload_columns(_with_quantiles(df))
 
 
 def _sum_arrays(col: str | Column) -> Column:

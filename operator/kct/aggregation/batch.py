@@ -17,7 +17,7 @@ from kct.aggregation.config import AggregationConfig
 from kct.aggregation.decode import jvm_points
 from kct.aggregation.otlp_export import WindowExporter
 from kct.aggregation.outputs import concurrently, files_for, send_to_kafka, send_to_otlp, write_counted
-from kct.aggregation.rollups_jvm import rollups_of
+from kct.aggregation.rollups_jvm import rollups_of, workload_rollups_of
 from kct.aggregation.session import require_jvm_engine
 from kct.aggregation.source import read_records
 from kct.aggregation.terminating import may_terminate
@@ -72,6 +72,7 @@ def _batch_outputs(spark: Any, cfg: AggregationConfig, records: Any, metrics: An
         "client_metrics": partial(write_counted, metrics, cfg, "client_metrics", "overwrite", files,
                                   observed_sums=("points",)),
         "rollups": derived("rollups", lambda: rollups_of(metrics, rows), files),
+        "workload_rollups": derived("workload_rollups", lambda: workload_rollups_of(metrics, rows), files),
         "terminations": derived(
             "terminations", lambda: terminations(jvm_points(records.where(may_terminate(spark)))), 1),
         "alerts": derived("alerts", lambda: alerts(metrics, cfg.rules), 1),

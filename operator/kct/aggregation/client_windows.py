@@ -24,7 +24,13 @@ from pyspark.sql import functions as F
 
 from kct.aggregation.decode import LABEL_COLUMNS, instance_id_sql
 from kct.aggregation.time_bounds import time_bound
-from kct.aggregation.transforms import CLIENT_METRICS_COLUMNS, LAST_POINT_COLUMNS, QUANTILES
+from kct.aggregation.transforms import (
+    CLIENT_METRICS_COLUMNS,
+    JVM_CLIENT_METRICS_COLUMNS,
+    LAST_POINT_COLUMNS,
+    QUANTILES,
+    with_workload_columns,
+)
 from kct.otlp import labels as L
 
 __all__ = [
@@ -63,12 +69,13 @@ def quantile_spec() -> str:
 
 def client_metrics_from_records(records: Any, *, window_seconds: int = 60, lookback_windows: int = 5) -> Any:
     """Records (decode.RAW_SCHEMA_DDL; key, value and headers are read) -> client_metrics rows
-    (transforms.CLIENT_METRICS_COLUMNS), every window the points touch. Needs the decoder jar on the
+    (transforms.CLIENT_METRICS_COLUMNS), every window the points touch; the workload columns derived from
+    the resource attributes in the projection that follows the JVM's rows. Needs the decoder jar on the
     session's classpath."""
     rows = _aggregate(records, None, False, window_seconds, lookback_windows)
-    if tuple(rows.columns) != CLIENT_METRICS_COLUMNS:  # the jar and this checkout disagree
-        raise RuntimeError(f"{JVM_CLASS} returned columns {rows.columns}, expected {CLIENT_METRICS_COLUMNS}")
-    return rows
+    if tuple(rows.columns) != JVM_CLIENT_METRICS_COLUMNS:  # the jar and this checkout disagree
+        raise RuntimeError(f"{JVM_CLASS} returned columns {rows.columns}, expected {JVM_CLIENT_METRICS_COLUMNS}")
+    return with_workload_columns(rows)
 
 
 def client_metrics_and_last_rows(records: Any, *, window_seconds: int = 60, lookback_windows: int = 5,
@@ -104,7 +111,7 @@ def _register_time_functions(spark: Any) -> None:
 
 def metrics_of(rows: Any) -> Any:
     """The client_metrics rows of `client_metrics_and_last_rows`."""
-    return rows.where("_kind = 0").select(*CLIENT_METRICS_COLUMNS)
+    return with_workload_columns(rows.where("_kind = 0"), CLIENT_METRICS_COLUMNS)
 
 
 def last_points_of(rows: Any) -> Any:

@@ -91,7 +91,7 @@ class ThresholdRule(StrictModel):
 
 
 class ParquetOutputConfig(StrictModel):
-    """Parquet tables under `path`: client_metrics/, rollups/, terminations/, alerts/."""
+    """Parquet tables under `path`: client_metrics/, rollups/, workload_rollups/, terminations/, alerts/."""
 
     path: str = Field(min_length=1)
 
@@ -113,6 +113,7 @@ class KafkaOutputConfig(StrictModel):
 # missing): without it two clients' series would merge.
 DEFAULT_EXPORT_LABELS: Final[tuple[str, ...]] = (
     "client_instance_id", "client_id", "client_software_name", "client_software_version", "node_id",
+    "k8s_namespace_name", "k8s_workload_kind", "k8s_workload_name",
 )
 
 

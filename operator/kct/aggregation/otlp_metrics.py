@@ -26,8 +26,18 @@ What a row becomes (one data point per series and window, stamped with the windo
 - **Labels**: only the attributes in the allow-list (broker labels by their KIP-714 names, plus the metric's
   own data-point attributes); rows that coincide once the others are dropped are merged (sums added; a
   gauge's `.max` / `.min` / `.avg` the max / min / mean; other gauges added; quantiles the max).
-- **Cardinality**: at most `max_series_per_window` series per window, whole clients in client order; the
-  series of the clients beyond are dropped and counted (the caller exports the count as a counter).
+- **Per workload**: when the allow-list holds a workload label (`k8s_namespace_name`, `k8s_workload_kind`,
+  `k8s_workload_name`, the client_metrics columns kct.aggregation.workloads derives), each window also gets a
+  series per workload and metric: every client of the workload merged by the rules above (counters' and
+  sums' values added, `.max`/`.min`/`.avg` gauges the max/min/mean, quantiles the max), labelled with the
+  workload labels and the metric's allowed attributes only (no `client_instance_id`: that is how a query tells
+  them from the per-client series, `client_instance_id=""`), and `kct.aggregation.workload.instances`, the
+  clients merged. Clients without a workload merge into one series without workload labels. A workload's
+  cumulative counter is its clients' values added: a client that goes away makes it drop, which `rate()`
+  reads as a reset (the per-client series, summed after `rate()`, stay exact).
+- **Cardinality**: at most `max_series_per_window` series per window: the workloads' first (whole workloads,
+  in workload order), then whole clients in client order; the series beyond are dropped and counted (the
+  caller exports the count as a counter).
 - **Stopped clients** have no row in a window they sent nothing in, so nothing is sent for them and their
   series go stale in the backend.
 """
@@ -45,11 +55,13 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as pb
 
 from kct.aggregation.config import ExportSettings
 from kct.aggregation.decode import LABEL_COLUMNS
+from kct.aggregation.workloads import WORKLOAD_COLUMNS, WORKLOAD_KEY_COLUMNS
 
 __all__ = [
     "EXPORT_COLUMNS",
     "INSTANCE_LABEL",
     "SCOPE_NAME",
+    "WORKLOAD_INSTANCES",
     "Point",
     "WindowPoints",
     "export_name",
@@ -61,9 +73,11 @@ __all__ = [
 INSTANCE_LABEL: Final = "client_instance_id"
 # The client_metrics columns the export reads (the caller selects only these before collecting).
 EXPORT_COLUMNS: Final[tuple[str, ...]] = (
-    "window_start", "window_end", INSTANCE_LABEL, *LABEL_COLUMNS, "metric", "unit", "type", "temporality",
-    "monotonic", "attributes", "value_last", "delta", "p50", "p95", "p99",
+    "window_start", "window_end", INSTANCE_LABEL, *LABEL_COLUMNS, *WORKLOAD_COLUMNS, "metric", "unit", "type",
+    "temporality", "monotonic", "attributes", "value_last", "delta", "p50", "p95", "p99",
 )
+# Per workload and window: how many clients its series merge.
+WORKLOAD_INSTANCES: Final = "kct.aggregation.workload.instances"
 SCOPE_NAME: Final = "kct.aggregation"
 _KIP714_PREFIX: Final = "org.apache."
 _MILLISECOND_SUFFIXES: Final = (".time.avg", ".time.max", ".time.min", ".latency.avg", ".latency.max",
@@ -118,10 +132,19 @@ def _ns(value: Any) -> int:
     return int(value)
 
 
-def _labels(row: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, str]:
-    labels = {name: str(row[name]) for name in (INSTANCE_LABEL, *LABEL_COLUMNS)
-              if name in allowed and row.get(name) is not None}
-    labels[INSTANCE_LABEL] = str(row[INSTANCE_LABEL])
+def _workload_labels(row: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, str]:
+    return {name: str(row[name]) for name in WORKLOAD_KEY_COLUMNS if name in allowed and row.get(name) is not None}
+
+
+def _labels(row: Mapping[str, Any], allowed: frozenset[str], per_client: bool = True) -> dict[str, str]:
+    """A row's labels: per client, the allowed broker and workload columns and the instance id; per workload,
+    the allowed workload columns only; then the metric's allowed attributes."""
+    if per_client:
+        labels = {name: str(row[name]) for name in (INSTANCE_LABEL, *LABEL_COLUMNS, *WORKLOAD_COLUMNS)
+                  if name in allowed and row.get(name) is not None}
+        labels[INSTANCE_LABEL] = str(row[INSTANCE_LABEL])
+    else:
+        labels = _workload_labels(row, allowed)
     attributes = row.get("attributes") or {}
     # A map column is a dict in a Spark Row and a list of (key, value) pairs in Arrow's rows.
     for key, value in attributes.items() if isinstance(attributes, Mapping) else attributes:
@@ -130,11 +153,12 @@ def _labels(row: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, str]:
     return labels
 
 
-def _row_points(row: Mapping[str, Any], allowed: frozenset[str]) -> Iterable[tuple[Point, str]]:
+def _row_points(row: Mapping[str, Any], allowed: frozenset[str],
+                per_client: bool = True) -> Iterable[tuple[Point, str]]:
     """A row's points (before merging) with the merge rule of each: `sum`, `max`, `min` or `mean`."""
     name = export_name(str(row["metric"]))
     unit = export_unit(str(row["metric"]), row.get("unit"))
-    labels = _labels(row, allowed)
+    labels = _labels(row, allowed, per_client)
     kind_of_row = row["type"]
     if kind_of_row == "gauge" and row.get("value_last") is not None:
         merge = next((rule for suffix, rule in ((".max", "max"), (".min", "min"), (".avg", "mean"))
@@ -164,11 +188,12 @@ def _merged(values: list[float], rule: str) -> float:
     return sum(values)
 
 
-def _client_points(rows: Sequence[Mapping[str, Any]], allowed: frozenset[str]) -> list[Point]:
-    """One client's rows of one window -> its points, rows that coincide merged."""
+def _client_points(rows: Sequence[Mapping[str, Any]], allowed: frozenset[str], per_client: bool = True) -> list[Point]:
+    """One client's rows of one window (per workload: all its clients' rows) -> its points, rows that coincide
+    merged."""
     merged: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], tuple[list[float], str]] = {}
     for row in rows:
-        for point, rule in _row_points(row, allowed):
+        for point, rule in _row_points(row, allowed, per_client):
             key = (point.name, point.kind, point.unit, point.labels)
             merged.setdefault(key, ([], rule))[0].append(point.value)
     return [Point(name, kind, unit, labels, _merged(values, rule))
@@ -179,6 +204,7 @@ def window_points(rows: Iterable[Mapping[str, Any]], settings: ExportSettings) -
     """client_metrics rows (EXPORT_COLUMNS; any windows, any order) -> each window's points, oldest window first,
     clients in instance-id order, at most `max_series_per_window` series per window (whole clients)."""
     allowed = frozenset((*settings.labels, INSTANCE_LABEL))
+    per_workload = not allowed.isdisjoint(WORKLOAD_KEY_COLUMNS)
     by_window: dict[tuple[int, int], dict[str, list[Mapping[str, Any]]]] = {}
     for row in rows:
         key = (_ns(row["window_start"]), _ns(row["window_end"]))
@@ -186,6 +212,12 @@ def window_points(rows: Iterable[Mapping[str, Any]], settings: ExportSettings) -
     out: list[WindowPoints] = []
     for (start_ns, end_ns), clients in sorted(by_window.items()):
         window = WindowPoints(start_ns, end_ns)
+        if per_workload:
+            for points in _workload_points(clients, allowed):
+                if len(window.points) + len(points) > settings.max_series_per_window:
+                    window.dropped_series += len(points)
+                    continue
+                window.points.extend(points)
         for instance in sorted(clients):
             points = _client_points(clients[instance], allowed)
             if len(window.points) + len(points) > settings.max_series_per_window:
@@ -195,6 +227,21 @@ def window_points(rows: Iterable[Mapping[str, Any]], settings: ExportSettings) -
             window.points.extend(points)
         out.append(window)
     return out
+
+
+def _workload_points(clients: Mapping[str, Sequence[Mapping[str, Any]]], allowed: frozenset[str]) -> list[list[Point]]:
+    """A window's clients (rows by instance id) -> each workload's points, in workload order (the unattributed
+    first): the merged series and the instance count."""
+    by_workload: dict[tuple[tuple[str, str], ...], tuple[list[Mapping[str, Any]], set[str]]] = {}
+    for instance, rows in clients.items():
+        for row in rows:
+            rows_of, instances = by_workload.setdefault(tuple(sorted(_workload_labels(row, allowed).items())),
+                                                        ([], set()))
+            rows_of.append(row)
+            instances.add(instance)
+    return [[*_client_points(rows_of, allowed, per_client=False),
+             Point(WORKLOAD_INSTANCES, GAUGE, "{instance}", labels, float(len(instances)))]
+            for labels, (rows_of, instances) in sorted(by_workload.items())]
 
 
 def _attributes(items: Iterable[tuple[str, str]]) -> list[KeyValue]:

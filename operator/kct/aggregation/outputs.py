@@ -45,7 +45,7 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-TABLES = ("client_metrics", "rollups", "terminations", "alerts", "client_metrics_hourly")
+TABLES = ("client_metrics", "rollups", "workload_rollups", "terminations", "alerts", "client_metrics_hourly")
 # Tables are partitioned by date only: a folder per metric made each write (a micro-batch, a batch task)
 # produce one small file per metric it held. Rows are clustered by metric inside each file instead (sorted),
 # so a reader's filter on `metric` skips row groups by their statistics.
@@ -53,6 +53,7 @@ _PARTITIONS = {
     "client_metrics": ("date",),
     "client_metrics_hourly": ("date",),
     "rollups": ("date",),
+    "workload_rollups": ("date",),
     "terminations": ("date",),
     "alerts": ("date",),
 }
@@ -60,6 +61,7 @@ _CLUSTERING = {
     "client_metrics": ("metric", "window_start"),
     "client_metrics_hourly": ("metric", "window_start"),
     "rollups": ("metric", "window_start"),
+    "workload_rollups": ("metric", "window_start"),
     "alerts": ("window_start",),
     "terminations": ("terminated_at",),
 }

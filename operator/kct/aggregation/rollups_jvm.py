@@ -16,11 +16,24 @@ from __future__ import annotations
 from typing import Any, Final
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from kct.aggregation.client_windows import quantile_spec
-from kct.aggregation.transforms import ROLLUP_COLUMNS, ROLLUP_DIMENSIONS
+from kct.aggregation.transforms import (
+    ROLLUP_COLUMNS,
+    ROLLUP_DIMENSIONS,
+    WORKLOAD_KEY_COLUMNS,
+    WORKLOAD_ROLLUP_COLUMNS,
+)
 
-__all__ = ["JVM_CLASS", "ROLLUP_ROWS_PER_TASK", "dimension_spec", "rollups_of", "rollups_on_jvm"]
+__all__ = [
+    "JVM_CLASS",
+    "ROLLUP_ROWS_PER_TASK",
+    "dimension_spec",
+    "rollups_of",
+    "rollups_on_jvm",
+    "workload_rollups_of",
+]
 
 JVM_CLASS: Final = "dev.kct.otlp.Rollups"
 # client_metrics rows whose roll-ups one task merges (`rollups_on_jvm`'s `in_one_task`): more are merged in two
@@ -58,3 +71,22 @@ def rollups_on_jvm(client_metrics: Any, dimensions: dict[str, tuple[str, ...]] |
 def rollups_of(client_metrics: Any, rows: int) -> Any:
     """The job's roll-ups of `rows` client_metrics rows: in one task up to ROLLUP_ROWS_PER_TASK rows."""
     return rollups_on_jvm(client_metrics, in_one_task=rows <= ROLLUP_ROWS_PER_TASK)
+
+
+# The workload as the roll-up's one dimension column: its three columns as a JSON array, read back exactly (a
+# name given by an attribution rule may hold the '/' the Java class joins a dimension's columns with; JSON also
+# keeps a null apart from an empty string).
+_WORKLOAD_KEY: Final = "_workload"
+
+
+def workload_rollups_of(client_metrics: Any, rows: int) -> Any:
+    """The per-workload roll-up (transforms.WORKLOAD_ROLLUP_COLUMNS) of `rows` client_metrics rows: every
+    instance of one workload (namespace, kind, name) merged per window and series as `rollups_on_jvm` merges a
+    dimension's (counters' deltas and rates summed, gauges' min of mins, max of maxes, mean of means,
+    histograms merged), `instances` the clients merged. Unattributed clients roll up under null kind and name
+    (per namespace when a rule gave one)."""
+    keyed = client_metrics.withColumn(_WORKLOAD_KEY, F.to_json(F.array(*WORKLOAD_KEY_COLUMNS)))
+    merged = rollups_on_jvm(keyed, {"workload": (_WORKLOAD_KEY,)}, in_one_task=rows <= ROLLUP_ROWS_PER_TASK)
+    key = F.from_json("dimension_value", "array<string>")
+    return merged.select(*(key.getItem(WORKLOAD_KEY_COLUMNS.index(c)).alias(c) if c in WORKLOAD_KEY_COLUMNS
+                           else F.col(c) for c in WORKLOAD_ROLLUP_COLUMNS))

@@ -39,7 +39,7 @@ from kct.aggregation.retention_gaps import (
     offsets_read,
     skipped_offsets,
 )
-from kct.aggregation.rollups_jvm import rollups_of
+from kct.aggregation.rollups_jvm import rollups_of, workload_rollups_of
 from kct.aggregation.session import require_jvm_engine
 from kct.aggregation.source import read_records
 from kct.aggregation.stream import POINTS_STATE_ERROR, Advance, StateStore, StreamState, advance_records
@@ -80,7 +80,7 @@ def state_store(spark: Any, cfg: AggregationConfig) -> StateStore:
 def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id: int, rows: int,
                      fired: Any = None, exporter: WindowExporter | None = None) -> dict[str, Callable[[], None]]:
     """What a micro-batch's finalized windows (`rows` client_metrics rows) are written to, by output name
-    (client_metrics and rollups in files sized to the rows, alerts in one: they are a few rows; `fired`: the
+    (client_metrics and the roll-ups in files sized to the rows, alerts in one: they are a few rows; `fired`: the
     alerts of `metrics`, `stream_alerts.alerts_with_history`, None: none; `exporter`: the OTLP export's, kept
     across micro-batches for its counters)."""
     files = files_for(rows)
@@ -92,6 +92,8 @@ def _metrics_outputs(spark: Any, cfg: AggregationConfig, metrics: Any, batch_id:
     out = {
         "client_metrics": lambda: append_once(spark, cfg, "client_metrics", batch_id, metrics, files),
         "rollups": lambda: append_once(spark, cfg, "rollups", batch_id, rollups_of(metrics, rows), files),
+        "workload_rollups": lambda: append_once(spark, cfg, "workload_rollups", batch_id,
+                                                workload_rollups_of(metrics, rows), files),
         "alerts": write_alerts,
     }
     if cfg.kafka_output is not None:

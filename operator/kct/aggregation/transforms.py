@@ -2,6 +2,7 @@
 
     client_metrics (kct.aggregation.client_windows, on the JVM)
       ├─ rollups (kct.aggregation.rollups_jvm) ─▶ rollups   per client id / software name+version / principal
+      ├─ workload_rollups (rollups_jvm) ─────────▶ workload_rollups   per namespace + workload kind + name
       ├─ alerts ─────────────────────────────────▶ alerts    threshold rules over consecutive windows
       └─ hourly ─────────────────────────────────▶ client_metrics_hourly
     points (decode.jvm_points) ─ terminations ──▶ terminations   one row per terminating push
@@ -24,19 +25,25 @@ from pyspark.sql import functions as F
 
 from kct.aggregation.config import ThresholdRule
 from kct.aggregation.decode import LABEL_COLUMNS  # the broker labels the decoder emits, one column each
+from kct.aggregation.workloads import WORKLOAD_COLUMNS, WORKLOAD_KEY_COLUMNS, workload_sql
 
 __all__ = [
     "CLIENT_METRICS_COLUMNS",
+    "JVM_CLIENT_METRICS_COLUMNS",
     "LABEL_COLUMNS",
     "LAST_POINT_COLUMNS",
     "QUANTILES",
     "ROLLUP_COLUMNS",
     "ROLLUP_DIMENSIONS",
     "SERIES_KEYS",
+    "WORKLOAD_COLUMNS",
+    "WORKLOAD_KEY_COLUMNS",
+    "WORKLOAD_ROLLUP_COLUMNS",
     "alerts",
     "hourly",
     "terminations",
     "with_quantiles",
+    "with_workload_columns",
 ]
 
 SERIES_KEYS: tuple[str, ...] = (
@@ -54,12 +61,28 @@ ROLLUP_COLUMNS: tuple[str, ...] = (
     "value_max", "value_avg", "delta", "rate", "resets", "count", "sum", "explicit_bounds", "bucket_counts",
     "p50", "p95", "p99",
 )
+# The per-workload roll-up: the roll-ups' columns with the workload in three columns for the dimension's two.
+WORKLOAD_ROLLUP_COLUMNS: tuple[str, ...] = (
+    *ROLLUP_COLUMNS[:3], *WORKLOAD_KEY_COLUMNS, *ROLLUP_COLUMNS[ROLLUP_COLUMNS.index("metric"):],
+)
 CLIENT_METRICS_COLUMNS: tuple[str, ...] = (
     "window_start", "window_end", "date", "client_instance_id", *LABEL_COLUMNS, "resource_attributes",
-    "metric", "unit", "type", "temporality", "monotonic", "attributes", "attributes_key", "points",
+    *WORKLOAD_COLUMNS, "metric", "unit", "type", "temporality", "monotonic", "attributes", "attributes_key", "points",
     "last_time", "value_last", "value_min", "value_max", "value_avg", "delta", "rate", "resets", "count",
     "sum", "explicit_bounds", "bucket_counts", "p50", "p95", "p99",
 )
+
+# ClientWindows' columns (the JVM's rows): client_metrics' but the workload columns, which
+# `with_workload_columns` derives from `resource_attributes`.
+JVM_CLIENT_METRICS_COLUMNS: tuple[str, ...] = tuple(c for c in CLIENT_METRICS_COLUMNS if c not in WORKLOAD_COLUMNS)
+
+
+def with_workload_columns(df: DataFrame, columns: Sequence[str] = CLIENT_METRICS_COLUMNS) -> DataFrame:
+    """`columns` of `df`, the WORKLOAD_COLUMNS among them computed from its `resource_attributes`
+    (kct.aggregation.workloads); one projection."""
+    sql = workload_sql()
+    return df.select(*(F.expr(sql[c]).alias(c) if c in sql else F.col(c) for c in columns))
+
 
 # The series keys as grouped on: bucket bounds as a string (`_bk`), not as an array of doubles, which Spark
 # would normalize element by element (-0.0, NaN) with an interpreted higher-order function on every row.
@@ -159,7 +182,9 @@ def hourly(client_metrics: DataFrame, hours: int = 1) -> DataFrame:
         .withColumn("date", F.date_format(F.col("w.start"), "yyyy-MM-dd"))
         .withColumn("rate", F.col("delta") / F.lit(float(size)))
     )
-    return _with_quantiles(out).select(*CLIENT_METRICS_COLUMNS)
+    # The workload from the newest resource attributes, as client_metrics derives it (also for rows written
+    # before client_metrics had the columns).
+    return with_workload_columns(_with_quantiles(out))
 
 
 def terminations(points: DataFrame) -> DataFrame:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from kct.api.matching import matches
+from kct.attribution.workload import workload_of
 from kct.otlp.clients_doc import ClientEntry
 
 __all__ = [
@@ -43,20 +44,11 @@ MIN_RETENTION_MS: Final = 60_000
 DEFAULT_MAX_CLIENTS: Final = 50_000  # a few hundred bytes each: tens of MB at most
 RETENTION_INTERVALS: Final = 3
 
-# Owner kinds in the order a pod's workload is named by (a CronJob's Job is named by the CronJob).
-_WORKLOAD_KEYS: Final = (
-    ("k8s.deployment.name", "deployment"),
-    ("k8s.statefulset.name", "statefulset"),
-    ("k8s.daemonset.name", "daemonset"),
-    ("k8s.cronjob.name", "cronjob"),
-    ("k8s.job.name", "job"),
-)
-
-
 def workload(entry: ClientEntry) -> str:
-    """`deployment/checkout` from the attribution attributes, "" when not attributed."""
-    attributes = entry["attributes"]
-    return next((f"{kind}/{attributes[key]}" for key, kind in _WORKLOAD_KEYS if key in attributes), "")
+    """`deployment/checkout` from the attribution attributes (kct.attribution.workload's precedence, as the
+    aggregation's workload columns), "" when not attributed."""
+    found = workload_of(entry["attributes"])
+    return "" if found is None else f"{found[0]}/{found[1]}"
 
 
 def _interval_ms(entry: ClientEntry) -> int | None:

@@ -12,7 +12,8 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as pb
 
 from kct.aggregation.config import DEFAULT_EXPORT_LABELS, OtlpExportConfig, parse_job_config
 from kct.aggregation.otlp_export import ExportError, WindowExporter
-from kct.aggregation.otlp_metrics import export_name, export_unit, requests_for, window_points
+from kct.aggregation.otlp_metrics import WORKLOAD_INSTANCES, export_name, export_unit, requests_for, window_points
+from kct.aggregation.workloads import WORKLOAD_KEY_COLUMNS
 
 W0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 MINUTE = dt.timedelta(minutes=1)
@@ -32,8 +33,14 @@ def row(metric: str, *, client: str = "inst-1", k: int = 0, **fields: Any) -> di
     return base
 
 
+# The default allow-list without the workload labels: the per-client series alone, which most tests here are
+# about (the per-workload series have tests of their own, below and in test_workload_rollups.py).
+CLIENT_LABELS = tuple(name for name in DEFAULT_EXPORT_LABELS if name not in WORKLOAD_KEY_COLUMNS)
+
+
 def config(**overrides: Any) -> OtlpExportConfig:
-    return OtlpExportConfig(endpoint="http://127.0.0.1:1/v1/metrics", backoff_seconds=0.5, **overrides)
+    return OtlpExportConfig(**{"endpoint": "http://127.0.0.1:1/v1/metrics", "backoff_seconds": 0.5,
+                               "labels": CLIENT_LABELS, **overrides})
 
 
 def metrics_of(request: ExportMetricsServiceRequest) -> dict[str, pb.Metric]:
@@ -302,3 +309,43 @@ def test_rows_collected_through_arrow_give_the_same_points() -> None:
     as_row = row(PRODUCER + "node.request.latency.avg", value_last=2.0, attributes={"node_id": "3", "x": "y"})
     as_arrow = {**as_row, "attributes": [("node_id", "3"), ("x", "y")]}
     assert window_points([as_arrow], config()) == window_points([as_row], config())
+
+
+def test_per_workload_series_merge_a_workloads_clients_and_take_their_place_under_the_cap() -> None:
+    """Given a window with two clients of one Deployment (gauges 3 and 8, counters 10 and 20), one client
+    without a workload, and the default allow-list (workload labels on it),
+    When exported, Then the Deployment has one series per metric without an instance id (`.max`: the max,
+    counters: added) and its instance count 2, the unattributed client one series without workload labels
+    (count 1), each client keeps its own series labelled with its workload; a cap that leaves room for the
+    workloads and one client keeps the workloads whole and drops the clients after the first.
+    Without workload labels in the allow-list no per-workload series is sent."""
+    orders = {"k8s_namespace_name": "shop", "k8s_workload_kind": "deployment", "k8s_workload_name": "orders",
+              "k8s_pod_name": "orders-1"}
+    rows = [
+        *(row(PRODUCER + "record.queue.time.max", client=c, value_last=v, **orders)
+          for c, v in (("a", 3.0), ("b", 8.0))),
+        *(row(PRODUCER + "record.send.total", client=c, type="sum", temporality="cumulative", monotonic=True,
+              value_last=v, **orders) for c, v in (("a", 10.0), ("b", 20.0))),
+        row(PRODUCER + "record.queue.time.max", client="z", value_last=1.0),
+    ]
+    (window,) = window_points(rows, config(labels=DEFAULT_EXPORT_LABELS))
+    workload = tuple(sorted((k, v) for k, v in orders.items() if k in WORKLOAD_KEY_COLUMNS))
+    per_workload = {(p.name, p.labels): p.value for p in window.points
+                    if "client_instance_id" not in dict(p.labels)}
+    assert per_workload == {
+        ("kafka.producer.record.queue.time.max", workload): 8.0, ("kafka.producer.record.send.total", workload): 30.0,
+        (WORKLOAD_INSTANCES, workload): 2.0,
+        ("kafka.producer.record.queue.time.max", ()): 1.0, (WORKLOAD_INSTANCES, ()): 1.0,
+    }
+    a_labels = next(dict(p.labels) for p in window.points if dict(p.labels).get("client_instance_id") == "a")
+    assert {k: a_labels[k] for k in WORKLOAD_KEY_COLUMNS} == dict(workload) and "k8s_pod_name" not in a_labels
+    assert len(window.points) == len(per_workload) + 2 + 2 + 1
+
+    (capped,) = window_points(rows, config(labels=DEFAULT_EXPORT_LABELS, max_series_per_window=len(per_workload) + 2))
+    assert {p.labels for p in capped.points if "client_instance_id" not in dict(p.labels)} == {
+        labels for _, labels in per_workload}
+    assert {dict(p.labels).get("client_instance_id") for p in capped.points} == {None, "a"}
+    assert (capped.dropped_series, capped.dropped_clients) == (3, 2)
+
+    (clients_only,) = window_points(rows, config())
+    assert all("client_instance_id" in dict(p.labels) for p in clients_only.points)

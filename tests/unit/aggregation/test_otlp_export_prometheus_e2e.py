@@ -115,8 +115,12 @@ def test_per_client_series_in_prometheus_equal_the_parquet_aggregates(
     assert checked >= CLIENTS * 5 * 6
     series = prometheus.api("series", **{"match[]": f'{{__name__=~"kafka_.+",job="{job}"}}',
                                          "start": f"{windows[0].timestamp() - 60}"})
-    assert {s["client_instance_id"] for s in series} == {c.instance_id for c in clients}
+    # Per client, and per workload: the synthetic clients have no pod, so one unattributed workload, whose
+    # series have neither an instance id nor workload labels and count every client.
+    assert {s.get("client_instance_id") for s in series} == {*(c.instance_id for c in clients), None}
     assert all("client_source_address" not in s and "principal" not in s for s in series)
+    instances = f'kct_aggregation_workload_instances{{job="{job}",k8s_workload_name=""}}'
+    assert _value(prometheus, instances, windows[-1].timestamp()) == CLIENTS
     now = time.time()
     assert _value(prometheus, f'max(kct_aggregation_export_failures_total{{job="{job}"}})', now) == 0
     assert _value(prometheus, f'max(kct_aggregation_export_series_dropped_total{{job="{job}"}})', now) == 0

@@ -36,6 +36,7 @@ CM_DDL = (
     "window_start timestamp, window_end timestamp, date string, client_instance_id string, client_id string, "
     "client_software_name string, client_software_version string, client_source_address string, "
     "client_source_port string, principal string, broker_id string, resource_attributes map<string,string>, "
+    "k8s_namespace_name string, k8s_workload_kind string, k8s_workload_name string, k8s_pod_name string, "
     "metric string, unit string, type string, temporality string, monotonic boolean, "
     "attributes map<string,string>, attributes_key string, points bigint, last_time timestamp, "
     "value_last double, value_min double, value_max double, value_avg double, delta double, rate double, "

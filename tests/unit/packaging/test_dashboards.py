@@ -73,18 +73,20 @@ def test_every_panel_queries_the_chosen_prometheus(name: str) -> None:
 
 
 def test_client_variables_tolerate_series_without_workload_labels() -> None:
-    """Given the clients dashboard, Then namespace, workload, software and client are multi-value variables
-    defaulting to All = `.*` and matched with `=~`, so a series without k8s_* labels (not attributed yet)
+    """Given the clients dashboard, Then namespace, workload kind and name, software and client are multi-value
+    variables defaulting to All = `.*` and matched with `=~`, so a series without k8s_* labels (not attributed)
     still shows."""
     dashboard = committed()["kct-clients"]
     variables = {v["name"]: v for v in dashboard["templating"]["list"] if v["type"] == "query"}
-    assert set(variables) == {"namespace", "workload", "software", "client"}
+    assert set(variables) == {"namespace", "kind", "workload", "software", "client"}
     for variable in variables.values():
         assert variable["includeAll"] and variable["multi"] and variable["allValue"] == ".*"
         assert variable["current"]["value"] == "$__all"
+    per_workload = {"namespace", "kind", "workload"}  # the export's per-workload series have no client labels
     for panel in panels(dashboard):
         for target in panel.get("targets", []):
-            for name in variables:
+            workload_only = 'client_instance_id=""' in target["expr"]
+            for name in per_workload if workload_only else variables:
                 assert f'=~"${name}"' in target["expr"], (panel["title"], name)
 
 
