@@ -263,6 +263,11 @@ class Demo:
             if tool.returncode != 0:
                 raise DemoError(f"no helm: {tool.stderr.strip()}")
             self.helm = [tool.stdout.strip().splitlines()[-1], f"--kubeconfig={self.env['KUBECONFIG']}"]
+            # As docs/operations.md upgrades: the CRDs first, since helm never updates a chart's crds/ and a kept
+            # node stack has those of an older checkout (the API server would prune the new status fields).
+            # `--force-conflicts`: an earlier helm install may own them.
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+            log(f"    kubectl apply --server-side -f {_rel(CHART / 'crds')} (the CRDs of this checkout)")
             repository, tag = image.rsplit(":", 1)
             values = {"image.repository": repository, "image.tag": tag,
                       "image.pullPolicy": "Never",  # imported into containerd by node-up, never pulled

@@ -160,10 +160,13 @@ def test_subscription_name_is_immutable(kubectl: Kubectl, namespace: str) -> Non
                           "-p", '[{"op":"remove","path":"/spec/subscriptionName"}]', check=False)
     assert removed.returncode != 0 and "spec.subscriptionName" in removed.stderr, removed.stderr
     other = unique("defaulted")
-    kubectl.apply(manifest(namespace, other, metrics=["*"], match=_no_match()))
-    assert kubectl.apply(manifest(namespace, other, metrics=["*"], subscriptionName="renamed"),
+    # Every apply keeps a match no client has: without one the subscription matches every client, and an
+    # operator running for another test would put it on the broker, where it makes other tests' clients push.
+    no_match = _no_match()
+    kubectl.apply(manifest(namespace, other, metrics=["*"], match=no_match))
+    assert kubectl.apply(manifest(namespace, other, metrics=["*"], match=no_match, subscriptionName="renamed"),
                          check=False).returncode != 0
-    kubectl.apply(manifest(namespace, other, metrics=["*"], subscriptionName=other))
+    kubectl.apply(manifest(namespace, other, metrics=["*"], match=no_match, subscriptionName=other))
 
 
 def test_examples_apply_cleanly(kubectl: Kubectl, namespace: str) -> None:
