@@ -78,10 +78,14 @@ def test_the_topic_gets_the_replication_the_broker_count_allows_and_its_min_isr_
         assert described.configs["min.insync.replicas"] == "1"
         assert (status["topic"]["replicationFactor"], status["topic"]["minInsyncReplicas"]) == (1, 1)
 
+        def min_isr() -> str:
+            return (admin.describe_topic(topic) or described).configs["min.insync.replicas"]
+
+        # A config change reaches the broker's described configs a moment after the alter answers: wait for it.
         admin.alter_topic_configs(topic, {"min.insync.replicas": "2"})
-        assert (admin.describe_topic(topic) or described).configs["min.insync.replicas"] == "2"
+        eventually(lambda: min_isr() == "2", timeout=30, interval=0.2, what="min.insync.replicas=2 on the broker")
         reconcile(admin, {"topic": {"name": topic, "partitions": 2}}, status)
-        assert (admin.describe_topic(topic) or described).configs["min.insync.replicas"] == "1"
+        eventually(lambda: min_isr() == "1", timeout=30, interval=0.2, what="min.insync.replicas=1 put back")
     finally:
         admin.delete_topic(topic)
         admin.close()
