@@ -19,7 +19,6 @@ import os
 import ssl
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections import Counter
@@ -32,6 +31,7 @@ import aiohttp
 import pytest
 from cryptography import x509
 from script_loader import load_script
+from waiting import eventually, eventually_async
 
 from kct.render.certificates import KeyPair, issue_ca, issue_serving
 
@@ -78,11 +78,10 @@ async def _served_serial(port: int, trust: ssl.SSLContext) -> int:
 
 async def _until_served(port: int, trust: ssl.SSLContext, pair: KeyPair, timeout_s: float = 30.0) -> None:
     """Wait until a new connection is served `pair`'s certificate (the receiver's reload check ran)."""
-    deadline = time.monotonic() + timeout_s
-    while await _served_serial(port, trust) != _serial(pair):
-        assert time.monotonic() < deadline, f"the receiver did not serve the new certificate in {timeout_s} s"
-        # duration: the poll interval of the check (a new handshake each time)
-        await asyncio.sleep(0.05)
+    async def served() -> bool:  # a new handshake each time
+        return await _served_serial(port, trust) == _serial(pair)
+
+    await eventually_async(served, timeout=timeout_s, interval=0.05, what="the receiver serving the new certificate")
 
 
 @contextmanager
@@ -103,19 +102,16 @@ def _tls_receiver(workdir: Path, bootstrap: str, topic: str, port: int, tls_dir:
                                    env=env, stdout=out, stderr=subprocess.STDOUT)
     unverified = ssl.create_default_context()
     unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+    def ready() -> bool:
+        assert process.poll() is None, log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"https://{HOST}:{port}/readyz", timeout=2, context=unverified) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, log.read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"https://{HOST}:{port}/readyz", timeout=2, context=unverified) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the receiver did not become ready in 90 s"
-            # duration: the poll interval of the readiness check
-            time.sleep(0.2)
+        eventually(ready, timeout=90, interval=0.2, what="the receiver ready")
         yield
         assert process.poll() is None, log.read_text()[-3000:]
     finally:
@@ -157,9 +153,8 @@ async def _run(port: int, tls_dir: Path, first_ca: KeyPair, renewed: KeyPair, ne
 
     async def pushes_after(count: int) -> None:
         target = len(tally.acked) + count
-        while len(tally.acked) < target and not all(task.done() for task in senders):
-            # duration: the poll interval of the count
-            await asyncio.sleep(0.05)
+        await eventually_async(lambda: len(tally.acked) >= target or all(task.done() for task in senders),
+                               timeout=120, interval=0.05, what=f"{count} more acknowledged pushes")
 
     try:
         await pushes_after(SENDERS * 10)
