@@ -30,6 +30,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from cryptography import x509
+from helpers import stop_process
 from script_loader import load_script
 from waiting import eventually, eventually_async
 
@@ -115,12 +116,7 @@ def _tls_receiver(workdir: Path, bootstrap: str, topic: str, port: int, tls_dir:
         yield
         assert process.poll() is None, log.read_text()[-3000:]
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 async def _sender(port: int, trust: ssl.SSLContext, tally: Tally, stop: asyncio.Event, *, fresh: bool) -> None:
