@@ -249,7 +249,10 @@ class MutualTlsTest {
                  ForwarderConfig.TLS_TRUSTSTORE_PASSWORD, TestCertificates.PASSWORD,
                  ForwarderConfig.TLS_KEYSTORE_PATH, keystore.toString(),
                  ForwarderConfig.TLS_KEYSTORE_PASSWORD, TestCertificates.PASSWORD,
-                 ForwarderConfig.RETRIES_MAX, "100"))) {
+                 ForwarderConfig.RETRIES_MAX, "100",
+                 // The pushes must still be retrying when the truststore is fixed: 100 retries of up to 50 ms
+                 // (the default here) gave ~5 s, which a loaded machine spent before the PKCS#12 file was written
+                 ForwarderConfig.RETRY_BACKOFF_MAX_MS, "1000"))) {
             // Then the broker still starts; the load error is counted and pushes fail as for an unreachable endpoint
             assertEquals(1.0, f.metrics().value("tls-reload-errors-total"));
             for (int i = 0; i < 3; i++) {
@@ -267,8 +270,8 @@ class MutualTlsTest {
             }
             Files.move(tmp, truststore, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
                 java.nio.file.StandardCopyOption.ATOMIC_MOVE);
-            // Then every queued push is delivered with the keystore's certificate
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 3.0, 10_000));
+            // Then every queued push is delivered with the keystore's certificate (at its next retry, <= 1 s)
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 3.0, 30_000));
             assertEquals(3, endpoint.countFrom("CN=client-1"));
             assertEquals(0.0, f.metrics().value("failed-total"));
         }
