@@ -195,7 +195,8 @@ class MutualTlsTest {
         try (TlsTestEndpoint endpoint = new TlsTestEndpoint(serverA, caA);
              Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.TLS_CA_FILE, ca.toString(),
                  ForwarderConfig.TLS_CERT_FILE, cert.toString(), ForwarderConfig.TLS_KEY_FILE, key.toString(),
-                 ForwarderConfig.RETRIES_MAX, "100"))) {
+                 ForwarderConfig.RETRIES_MAX, "100",
+                 ForwarderConfig.RETRY_BACKOFF_MAX_MS, "1000"))) {  // still retrying when the file appears
             // When pushes are offered, they fail as for an unreachable endpoint (counted, retried)
             for (int i = 0; i < 5; i++) {
                 f.offer(Map.of("kct-client-instance-id", "client-" + i), payload("push-" + i));
@@ -204,8 +205,8 @@ class MutualTlsTest {
             assertEquals(0, endpoint.received.size());
             // When the CA file appears
             TestCertificates.replace(ca, Files.readString(caA.certPem()));
-            // Then every queued push is delivered
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 5.0, 10_000));
+            // Then every queued push is delivered (at its next retry, <= 1 s)
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 5.0, 30_000));
             assertEquals(5, endpoint.received.size());
             assertEquals(0.0, f.metrics().value("failed-total"));
         }
