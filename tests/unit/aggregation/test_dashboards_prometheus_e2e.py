@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import re
 import time
@@ -244,13 +245,16 @@ def _workload_values(workload: Workload) -> dict[str, list[str]]:
             "software": [workload.software], "client": list(workload.client_ids)}
 
 
-def _for_workload(expr: str, variables: list[dict[str, Any]], workload: Workload) -> str:
-    """`expr` with each variable set to `workload`'s values as Grafana writes a multi-value selection."""
+def _for_workload(expr: str, variables: list[dict[str, Any]], workload: Workload, clients_too: bool) -> str:
+    """`expr` with the namespace, kind and workload variables set to `workload`'s values as Grafana writes a
+    multi-value selection; the software and client ones too with `clients_too`, else at All (`allValue`)."""
     values = _workload_values(workload)
     for variable in variables:
-        chosen = values[variable["name"]]
-        expr = expr.replace(f"${variable['name']}",
-                            ("(" + "|".join(re.escape(v) for v in chosen) + ")").replace("\\", "\\\\"))
+        if clients_too or variable["name"] not in ("software", "client"):
+            chosen = "(" + "|".join(re.escape(v) for v in values[variable["name"]]) + ")"
+        else:
+            chosen = variable["allValue"]
+        expr = expr.replace(f"${variable['name']}", chosen.replace("\\", "\\\\"))
     expr = expr.replace("$__rate_interval", RATE_INTERVAL)
     assert "$" not in expr, expr
     return expr
@@ -266,9 +270,10 @@ def _role(expr: str) -> str | None:
 
 def test_each_client_panel_returns_each_demo_workloads_series(pipeline: Pipeline) -> None:
     """Given the demo's workloads exported, When the variables are set to one workload at a time (its namespace,
-    kind, name, software and client ids, each a value the variable's own query offers) and every panel over the
-    clients' series that uses them is run, Then each panel drawing that workload's kind of metrics (producer,
-    consumer, or any) returns finite series, only of that workload's clients, and its instance count is 2."""
+    kind and name, each a value the variable's own query offers; software and client at All, then set to the
+    workload's too) and every panel over the clients' series that uses them is run, Then each panel drawing that
+    workload's kind of metrics (producer, consumer, or any) returns finite series, only of that workload's
+    clients, and its instance count is 2."""
     prometheus = pipeline.prometheus
     panels, variables = _panels()
     for uid, defined in variables.items():
@@ -281,11 +286,11 @@ def test_each_client_panel_returns_each_demo_workloads_series(pipeline: Pipeline
     drawn = [p for p in panels if _role(p.expr) is not None and "$" in p.expr.replace("$__rate_interval", "")]
     assert len(drawn) >= 12
     checked = 0
-    for workload in pipeline.workloads:
+    for workload, clients_too in itertools.product(pipeline.workloads, (False, True)):
         for panel in drawn:
             if _role(panel.expr) not in ("both", workload.role):
                 continue
-            query = _for_workload(panel.expr, variables[panel.dashboard], workload)
+            query = _for_workload(panel.expr, variables[panel.dashboard], workload, clients_too)
             result = prometheus.api("query", query=query)["result"]
             assert result, (workload.name, panel.key, query)
             for sample in result:
@@ -296,7 +301,7 @@ def test_each_client_panel_returns_each_demo_workloads_series(pipeline: Pipeline
                 if panel.title == "Instances per workload":
                     assert value == len(workload.clients), labels
             checked += 1
-    assert checked >= len(drawn)
+    assert checked >= 2 * len(drawn)
 
 
 # Alerts that the data here makes fire: the librdkafka consumer outside the cluster is on 2.5.0. Every other
