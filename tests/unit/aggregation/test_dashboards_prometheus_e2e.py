@@ -5,9 +5,11 @@ real Spark batch run (over OTLP).
 Loopback processes only: a Kafka broker on free ports (as bench/receiver_slow_senders.py starts it), a
 `kct receiver` writing to it, the Prometheus of dev/stack/prometheus.py with its OTLP receiver on and a scrape
 job `kct-receiver` for the receiver (labelled with the `namespace` and `pod` Kubernetes discovery would give
-it), and the tests' local Spark aggregating pushes of a producer and a consumer that send the metrics the
-dashboards draw. Each panel's variables are replaced by a value Prometheus has for them (as Grafana would
-offer), `$__rate_interval` by a range that holds several scrapes.
+it), and the tests' local Spark aggregating pushes that send the metrics the dashboards draw: the demo's
+workloads (tests/unit/aggregation/demo_workloads.py: a producer Deployment and a consumer StatefulSet, two pods
+each, attributed as the receiver attributes them) and a librdkafka consumer outside the cluster. Each panel's
+variables are replaced by the values Prometheus has for them (as Grafana would offer), then by each demo
+workload's own; `$__rate_interval` by a range that holds several scrapes.
 
 A panel that this setup cannot feed is listed in NO_DATA_HERE with the reason; every other panel must return
 series, so a new panel is either fed here or classified.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import re
 import time
@@ -25,16 +28,17 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 import yaml
+from demo_workloads import NAMESPACE, PUSHES, Workload, demo_pushes, push_metrics
 from script_loader import load_script
 from waiting import eventually
 
 from kct.aggregation.batch import run_batch
 from kct.aggregation.config import parse_job_config
-from kct.aggregation.synthetic import PREFIX, SyntheticClient, TelemetryRecord, build_request
+from kct.aggregation.synthetic import SyntheticClient, TelemetryRecord, build_request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 
@@ -45,7 +49,6 @@ prometheus_stack = load_script(REPO / "dev" / "stack" / "prometheus.py")
 SLOW = load_script(REPO / "bench" / "receiver_slow_senders.py")  # its broker, topic and receiver helpers
 
 S = 1_000_000_000
-PUSHES = 12  # every 10 s: two one-minute windows, ended before the test runs
 # $__rate_interval: long enough to span the pushes (made before the Spark run) and many 1 s scrapes, so a rate
 # or a histogram quantile over it is a number, not 0 / 0.
 RATE_INTERVAL = "5m"
@@ -106,51 +109,22 @@ def _rule_exprs() -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------------------------- the data
 
 
-def _gauge(name: str, now_ns: int, value: float, unit: str = "", **attributes: str) -> dict[str, Any]:
-    return {"name": PREFIX + name, "type": "gauge", "unit": unit,
-            "points": [{"time": now_ns, "value": float(value), "attributes": attributes}]}
-
-
-def _producer_metrics(now_ns: int, k: int) -> list[dict[str, Any]]:
-    return [
-        _gauge("producer.record.send.rate", now_ns, 120.0 + k),
-        _gauge("producer.record.error.rate", now_ns, 0.5),
-        _gauge("producer.record.retry.rate", now_ns, 1.5),
-        _gauge("producer.record.queue.time.max", now_ns, 40.0 + k, "ms"),
-        _gauge("producer.record.queue.time.avg", now_ns, 12.0, "ms"),
-        _gauge("producer.node.request.latency.max", now_ns, 90.0 + k, "ms", **{"node.id": "1"}),
-        _gauge("producer.node.request.latency.avg", now_ns, 30.0, "ms", **{"node.id": "1"}),
-        _gauge("producer.produce.throttle.time.max", now_ns, 5.0, "ms"),
-    ]
-
-
-def _consumer_metrics(now_ns: int, k: int) -> list[dict[str, Any]]:
-    return [
-        _gauge("consumer.fetch.manager.records.consumed.rate", now_ns, 80.0 + k),
-        _gauge("consumer.fetch.manager.fetch.latency.max", now_ns, 500.0, "ms"),
-        _gauge("consumer.fetch.manager.fetch.throttle.time.max", now_ns, 2.0, "ms"),
-        _gauge("consumer.node.request.latency.max", now_ns, 70.0 + k, "ms", **{"node.id": "1"}),
-        _gauge("consumer.node.request.latency.avg", now_ns, 20.0, "ms", **{"node.id": "1"}),
-    ]
-
-
-def _pushes() -> list[tuple[dt.datetime, TelemetryRecord]]:
-    """A Java producer and a librdkafka consumer (on a version with the KIP-714 bug) pushing every 10 s for two
-    minutes that ended at the last minute boundary but one; the broker's headers as the plugin adds them."""
+def _pushes() -> tuple[tuple[Workload, ...], list[tuple[dt.datetime, TelemetryRecord]]]:
+    """The demo's workloads (demo_workloads: its producer Deployment and consumer StatefulSet in kct-telemetry,
+    attributed as the receiver attributes them), and beside them a librdkafka consumer outside the cluster on a
+    version with the KIP-714 bug (unattributed: no workload labels); every 10 s for two minutes that ended at
+    the last minute boundary but one, with the broker's headers as the plugin adds them."""
     end = (time.time_ns() // (60 * S) - 1) * 60 * S
+    given, pushes = demo_pushes(end)
     begin = end - PUSHES * 10 * S
-    producer = SyntheticClient("checkout-producer", started_ns=begin, software_name="apache-kafka-java",
-                               software_version="3.9.0", seed=1)
-    consumer = SyntheticClient("billing-consumer", started_ns=begin, software_name="librdkafka",
-                               software_version="2.5.0", seed=2)
-    pushes = []
+    outside = SyntheticClient("billing-consumer", started_ns=begin, software_name="librdkafka",
+                              software_version="2.5.0", seed=2)
     for k in range(PUSHES):
         now_ns = begin + k * 10 * S + S
-        for client, metrics in ((producer, _producer_metrics(now_ns, k)), (consumer, _consumer_metrics(now_ns, k))):
-            headers = client.push(now_ns).headers
-            record = TelemetryRecord(client.instance_id.encode(), build_request({}, metrics), headers)
-            pushes.append((dt.datetime.fromtimestamp(now_ns / S, tz=dt.UTC), record))
-    return pushes
+        metrics = build_request({}, push_metrics("consumer", now_ns, k, 0))
+        record = TelemetryRecord(outside.instance_id.encode(), metrics, outside.push(now_ns).headers)
+        pushes.append((dt.datetime.fromtimestamp(now_ns / S, tz=dt.UTC), record))
+    return given, pushes
 
 
 def _post(port: int, body: bytes, instance: str, token: str | None) -> int:
@@ -170,6 +144,7 @@ def _post(port: int, body: bytes, instance: str, token: str | None) -> int:
 class Pipeline:
     prometheus: Any
     job: str  # the aggregation's service.name, Prometheus's `job` of the exported series
+    workloads: tuple[Workload, ...]  # the demo's
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +153,7 @@ def pipeline(jvm_decoder: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     from kct.aggregation.decode import RAW_SCHEMA_DDL
 
     workdir = tmp_path_factory.mktemp("dashboards")
-    pushes = _pushes()
+    given, pushes = _pushes()
     port = SLOW.free_port()
     with SLOW.kafka_broker_on_free_ports(workdir) as bootstrap, \
             prometheus_stack.started(scrape={"kct-receiver": [f"127.0.0.1:{port}"]},
@@ -205,7 +180,7 @@ def pipeline(jvm_decoder: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
             rows = [(r.key, r.value, topic, 0, i, stamp, r.headers) for i, (stamp, r) in enumerate(pushes)]
             counts = run_batch(jvm_decoder, cfg, jvm_decoder.createDataFrame(rows, RAW_SCHEMA_DDL))
             assert counts["client_metrics"] > 0
-            yield Pipeline(prometheus, job)
+            yield Pipeline(prometheus, job, given)
 
 
 # --------------------------------------------------------------------------------------------- queries
@@ -221,8 +196,8 @@ def _label_values(prometheus: Any, query: str) -> list[str]:
 
 def _substituted(prometheus: Any, expr: str, variables: list[dict[str, Any]]) -> str:
     """`expr` with each variable replaced by every value Prometheus offers for it, selected one by one (the
-    variables are multi-valued: Grafana writes `(a|b)`), or by its `allValue`, `.*`, when it offers none (the
-    labels attribution adds are not in these aggregates); and `$__rate_interval`."""
+    variables are multi-valued: Grafana writes `(a|b)`), or by its `allValue`, `.*`, when it offers none; and
+    `$__rate_interval`."""
     for variable in variables:
         assert variable["multi"], variable["name"]
         values = _label_values(prometheus, variable["query"])
@@ -243,7 +218,7 @@ def test_every_panel_query_runs_and_each_one_this_setup_feeds_returns_series(pip
     assert {key for key in NO_DATA_HERE} <= {panel.key for panel in panels}, "a NO_DATA_HERE panel is gone"
     assert len({panel.key for panel in panels}) == len(panels), "two targets share (dashboard, title, refId)"
     assert set(_label_values(prometheus, 'label_values({__name__=~"kafka_(producer|consumer)_.+"}, client_id)')) \
-        == {"checkout-producer", "billing-consumer"}
+        == {"billing-consumer", *(c for w in pipeline.workloads for c in w.client_ids)}
     queries = {panel.key: _substituted(prometheus, panel.expr, variables[panel.dashboard]) for panel in panels}
     fed = [panel.key for panel in panels if panel.key not in NO_DATA_HERE]
 
@@ -264,18 +239,118 @@ def test_every_panel_query_runs_and_each_one_this_setup_feeds_returns_series(pip
         prometheus.api("query", query=queries[key])  # runs without error, data or not
 
 
-def test_every_alert_and_recording_rule_expression_runs(pipeline: Pipeline) -> None:
-    """Given the same Prometheus, When every expression of rules/kct.rules.yaml is run as an instant query,
-    Then none errors; and the rules over the clients' series see them (the buggy-librdkafka count finds the
-    consumer on 2.5.0, the error-rate and latency rules' inner aggregations return the pushed workloads)."""
+def _workload_values(workload: Workload) -> dict[str, list[str]]:
+    """The dashboards' variables set to one demo workload: its namespace, kind, name, software, client ids."""
+    return {"namespace": [NAMESPACE], "kind": [workload.kind], "workload": [workload.name],
+            "software": [workload.software], "client": list(workload.client_ids)}
+
+
+def _for_workload(expr: str, variables: list[dict[str, Any]], workload: Workload, clients_too: bool) -> str:
+    """`expr` with the namespace, kind and workload variables set to `workload`'s values as Grafana writes a
+    multi-value selection; the software and client ones too with `clients_too`, else at All (`allValue`)."""
+    values = _workload_values(workload)
+    for variable in variables:
+        if clients_too or variable["name"] not in ("software", "client"):
+            chosen = "(" + "|".join(re.escape(v) for v in values[variable["name"]]) + ")"
+        else:
+            chosen = variable["allValue"]
+        expr = expr.replace(f"${variable['name']}", chosen.replace("\\", "\\\\"))
+    expr = expr.replace("$__rate_interval", RATE_INTERVAL)
+    assert "$" not in expr, expr
+    return expr
+
+
+def _role(expr: str) -> str | None:
+    """Which demo workloads a clients' panel draws: producer or consumer metrics, both, or none of theirs."""
+    producer, consumer = "kafka_producer_" in expr, "kafka_consumer_" in expr
+    if "kafka_(producer|consumer)_" in expr or "kct_aggregation_workload_instances" in expr or (producer and consumer):
+        return "both"
+    return "producer" if producer else "consumer" if consumer else None
+
+
+def test_each_client_panel_returns_each_demo_workloads_series(pipeline: Pipeline) -> None:
+    """Given the demo's workloads exported, When the variables are set to one workload at a time (its namespace,
+    kind and name, each a value the variable's own query offers; software and client at All, then set to the
+    workload's too) and every panel over the clients' series that uses them is run, Then each panel drawing that
+    workload's kind of metrics (producer, consumer, or any) returns finite series, only of that workload's
+    clients, and its instance count is 2."""
     prometheus = pipeline.prometheus
-    exprs = _rule_exprs()
-    assert exprs
-    for _, expr in exprs:
+    panels, variables = _panels()
+    for uid, defined in variables.items():
+        for variable in defined:
+            # (the pipeline dashboard's `namespace` is the receivers', not the clients')
+            if variable["name"] in _workload_values(pipeline.workloads[0]) and _role(variable["query"]):
+                offered = set(_label_values(prometheus, variable["query"]))
+                for workload in pipeline.workloads:
+                    assert set(_workload_values(workload)[variable["name"]]) <= offered, (uid, variable["name"])
+    drawn = [p for p in panels if _role(p.expr) is not None and "$" in p.expr.replace("$__rate_interval", "")]
+    assert len(drawn) >= 12
+    checked = 0
+    for workload, clients_too in itertools.product(pipeline.workloads, (False, True)):
+        for panel in drawn:
+            if _role(panel.expr) not in ("both", workload.role):
+                continue
+            query = _for_workload(panel.expr, variables[panel.dashboard], workload, clients_too)
+            result = prometheus.api("query", query=query)["result"]
+            assert result, (workload.name, panel.key, query)
+            for sample in result:
+                value, labels = float(sample["value"][1]), sample["metric"]
+                assert value == value, (panel.key, sample)  # not NaN
+                assert labels.get("client_id", workload.client_ids[0]) in workload.client_ids, (panel.key, labels)
+                assert labels.get("k8s_workload_name", workload.name) == workload.name, (panel.key, labels)
+                if panel.title == "Instances per workload":
+                    assert value == len(workload.clients), labels
+            checked += 1
+    assert checked >= 2 * len(drawn)
+
+
+# Alerts that the data here makes fire: the librdkafka consumer outside the cluster is on 2.5.0. Every other
+# alert must evaluate to nothing (healthy receiver and Kafka, nothing refused but one push, no export failure,
+# the demo's clients under the latency and error-rate thresholds and on a fixed librdkafka).
+FIRING_HERE: Final = frozenset({"KctClientsOnBuggyLibrdkafka"})
+# Alerts whose signal (the expression before its final comparison) has no series here, and why.
+NO_SIGNAL_HERE: Final = {
+    "KctReceiverAbsent": "absent() has no comparison: its signal is its result, empty while a receiver is scraped",
+    "KctReceiverKafkaErrors": "selects error_type!=\"\": a healthy broker acknowledges every record",
+}
+
+
+def _signal(expr: str) -> str:
+    """An alert's expression before its final comparison with a number (`... > 500`, `... == 0`)."""
+    match = re.fullmatch(r"(?s)(?P<signal>.+?)\s*(>|<|==|>=|<=|!=)\s*[0-9.]+\s*", expr)
+    assert match, expr
+    return match["signal"]
+
+
+def test_every_alert_evaluates_fires_where_the_data_says_and_its_signal_has_data(pipeline: Pipeline) -> None:
+    """Given the same Prometheus, When every expression of rules/kct.rules.yaml is run as an instant query,
+    Then none errors; the alerts in FIRING_HERE return series and every other alert none; every alert's signal
+    (its expression before the threshold) has series but those in NO_SIGNAL_HERE; the buggy-librdkafka alert
+    names the client on 2.5.0 and not the demo's confluent-kafka-python; and the latency and error-rate
+    signals return every demo workload's clients, labelled with their workload."""
+    prometheus = pipeline.prometheus
+    rules = dict(_rule_exprs())
+    assert FIRING_HERE | set(NO_SIGNAL_HERE) <= set(rules)
+    for expr in rules.values():
         prometheus.api("query", query=expr)  # raises on a parse or evaluation error
-    buggy = dict(exprs)["KctClientsOnBuggyLibrdkafka"]
-    (sample,) = prometheus.api("query", query=buggy)["result"]
-    assert sample["metric"]["client_software_version"] == "2.5.0" and float(sample["value"][1]) == 1
+    alerts = {name: expr for name, expr in rules.items() if name.startswith("Kct")}
+    firing = {name for name, expr in alerts.items() if prometheus.api("query", query=expr)["result"]}
+    assert firing == FIRING_HERE
+    (sample,) = prometheus.api("query", query=rules["KctClientsOnBuggyLibrdkafka"])["result"]
+    assert (sample["metric"]["client_software_name"], sample["metric"]["client_software_version"]) == (
+        "librdkafka", "2.5.0") and float(sample["value"][1]) == 1
+
+    def silent() -> list[str]:
+        """Alerts other than NO_SIGNAL_HERE whose signal has no series yet (rates need a few scrapes)."""
+        return [name for name, expr in alerts.items()
+                if name not in NO_SIGNAL_HERE and not prometheus.api("query", query=_signal(expr))["result"]]
+
+    with contextlib.suppress(pytest.fail.Exception):
+        eventually(lambda: not silent(), timeout=30, interval=1.0, what="every alert's signal returning series")
+    assert not silent()
     for alert in ("KctWorkloadErrorRateHigh", "KctWorkloadRequestLatencyHigh"):
-        signal = dict(exprs)[alert].rsplit(">", 1)[0]
-        assert {s["metric"].get("client_id") for s in prometheus.api("query", query=signal)["result"]}, alert
+        seen = {(s["metric"].get("k8s_workload_name"), s["metric"].get("client_id"))
+                for s in prometheus.api("query", query=_signal(rules[alert]))["result"]}
+        wanted = {(w.name, c) for w in pipeline.workloads for c in w.client_ids
+                  if alert == "KctWorkloadRequestLatencyHigh" or w.role == "producer"}
+        assert wanted <= seen, alert
