@@ -475,7 +475,9 @@ def measure(args: argparse.Namespace, servers: list[Server], loadgen: Path, tmp:
                 answered[server.name] += int(figures["ok"]) + int(figures["warmup_ok"])
                 print(f"  trial {trial + 1} {scenario.name:22s} {server.name:8s} "
                       f"{figures['ok'] / figures['cpu_s'] if figures['cpu_s'] else 0:8,.0f} pushes/CPU-s  "
-                      f"p50/p99 {figures['p50_ms']:.1f}/{figures['p99_ms']:.1f} ms  "
+                      f"p50/p99 {figures['p50_ms']:.1f}/{figures['p99_ms']:.1f} ms "
+                      f"(max {figures.get('max_ms', 0.0):.0f}, connections' first push p99 "
+                      f"{figures.get('first_p99_ms', 0.0):.0f})  "
                       f"{figures['switches'] / figures['ok'] if figures['ok'] else 0:.1f} switches/push  "
                       f"statuses {figures['statuses']}  "
                       f"load {_load_average()}", flush=True)
