@@ -17,6 +17,14 @@ So a push's age counts from its arrival (the request whole, off the socket), and
   order, at most `limits.maxQueuedRequests` long: 503 `queue_full` above) until a place frees or its
   deadline (arrival + bound) passes (503 `queue_wait`).
 
+What admission cannot bound: the time before a request is read. The multi-second tail the benchmark
+showed at 1,024 connections was each connection's *first* push (its `first_p99_ms` equals the run's
+longest push): with uvloop, a few of a burst of new connections stayed in the kernel's accept queue and
+were accepted a few per second while the loop was busy (connection_made times traced per connection),
+no listen overflow counted; with `runtime.eventLoop: asyncio` every burst was accepted within half a
+second and the first-push p99 was ~1 s. Brokers keep their connections open, so this is a cost of
+connection storms (a receiver restart, a benchmark's new connections), not of steady pushing.
+
 A refused push never reaches the pipeline, so it never becomes a record; an admitted one is processed as
 before, to Kafka's acknowledgement. The Retry-After is `limits.overloadRetryAfterSeconds`. Everything
 here runs on the event loop's thread, so the counters need no lock.
