@@ -9,7 +9,8 @@
     (--baseline may be repeated: the receivers are named base, base2, ...)
 
 `--prepare` needs the network: it builds the Collector with its builder (ocb) from Go modules at one
-release (COLLECTOR_RELEASE: otlpreceiver, the contrib kafkaexporter and bearertokenauthextension), the
+release (COLLECTOR_RELEASE: otlpreceiver, the contrib kafkaexporter and bearertokenauthextension, plus the
+contrib k8sattributesprocessor, built in but not enabled, for a run with Kubernetes attributes), the
 load generator (bench/loadgen, Go) and Kafka's jars (dev/stack/kafka_broker.py), all cached under
 ~/.cache/kct. A measuring run builds nothing that needs a download.
 
@@ -24,7 +25,8 @@ rate limit, KIP-13/257 quotas with non-binding rates).
 Both servers run for the whole benchmark, pinned to the same core (taskset); only one is loaded at a time,
 the load generator on the other core. Trials alternate which server goes first. Per scenario it prints
 pushes per CPU-second of the server process (user + system from /proc/<pid>/stat, all its threads),
-the ratio receiver / Collector, latency p50/p99 (at the fixed rate: from each push's scheduled time), peak
+the ratio receiver / Collector, the p99 ratio receiver / Collector (below 1: the receiver's tail is
+shorter), latency p50/p99 (at the fixed rate: from each push's scheduled time), peak
 RSS during the run, voluntary context switches per push (all threads: the wake-ups and thread hand-offs a
 push costs, a figure that barely moves with the shared machine's load), and checks that the records in
 each server's topic match the 200s it answered.
@@ -80,6 +82,10 @@ exporters:
   - gomod: {_CONTRIB}/exporter/kafkaexporter v{COLLECTOR_RELEASE}
 extensions:
   - gomod: {_CONTRIB}/extension/bearertokenauthextension v{COLLECTOR_RELEASE}
+# Built in, not enabled in the bench's pipelines: one binary also serves a side-by-side run with
+# Kubernetes attributes (issue 42) without a second build.
+processors:
+  - gomod: {_CONTRIB}/processor/k8sattributesprocessor v{COLLECTOR_RELEASE}
 """
 
 
@@ -96,6 +102,7 @@ QUICK = (
     Scenario("32 conn gzip", 32, gzip=True),
     Scenario("256 conn", 256),
     Scenario("500/s fixed rate", 64, rate=500.0),
+    Scenario("2000/s fixed rate", 128, rate=2000.0),
     Scenario("1024 conn (overload)", 1024),
 )
 
@@ -142,7 +149,8 @@ def collector_binary(*, build: bool) -> Path:
              env=dict(os.environ, GOBIN=str(BUILDER_BIN.parent)))
     COLLECTOR_DIR.mkdir(parents=True, exist_ok=True)
     (COLLECTOR_DIR / "manifest.yaml").write_text(_MANIFEST)
-    print(f"==> OpenTelemetry Collector v{COLLECTOR_RELEASE} (otlp receiver, kafka exporter, bearertokenauth)",
+    print(f"==> OpenTelemetry Collector v{COLLECTOR_RELEASE} (otlp receiver, kafka exporter, bearertokenauth,"
+          " k8sattributes built in)",
           flush=True)
     _run([str(BUILDER_BIN), "--config", "manifest.yaml"], cwd=COLLECTOR_DIR)
     return COLLECTOR_BIN
@@ -429,10 +437,16 @@ def _median(values: list[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else 0.0
 
 
+def _p99_ratio(kct: Tally, col: Tally) -> float:
+    """The receiver's p99 over the Collector's (below 1: a shorter tail), medians over the trials."""
+    return _median(kct.p99) / _median(col.p99) if _median(col.p99) else 0.0
+
+
 def _row(scenario: Scenario, kct: Tally, col: Tally) -> str:
     ratio = kct.per_cpu_s() / col.per_cpu_s() if col.per_cpu_s() else 0.0
     latency = (f"{_median(kct.p50):.1f}/{_median(kct.p99):.1f} vs {_median(col.p50):.1f}/{_median(col.p99):.1f}")
-    return (f"{scenario.name:22s} {kct.per_cpu_s():9,.0f} {col.per_cpu_s():10,.0f} {ratio:6.2f}   "
+    return (f"{scenario.name:22s} {kct.per_cpu_s():9,.0f} {col.per_cpu_s():10,.0f} {ratio:6.2f} "
+            f"{_p99_ratio(kct, col):9.2f}   "
             f"{kct.ok / kct.seconds if kct.seconds else 0:7,.0f} {col.ok / col.seconds if col.seconds else 0:7,.0f}"
             f"   {latency:26s} {kct.rss_peak_mb:6.0f} {col.rss_peak_mb:6.0f}"
             f"   {kct.switches_per_push():5.1f} {col.switches_per_push():5.1f}")
@@ -461,7 +475,9 @@ def measure(args: argparse.Namespace, servers: list[Server], loadgen: Path, tmp:
                 answered[server.name] += int(figures["ok"]) + int(figures["warmup_ok"])
                 print(f"  trial {trial + 1} {scenario.name:22s} {server.name:8s} "
                       f"{figures['ok'] / figures['cpu_s'] if figures['cpu_s'] else 0:8,.0f} pushes/CPU-s  "
-                      f"p50 {figures['p50_ms']:.1f} ms  "
+                      f"p50/p99 {figures['p50_ms']:.1f}/{figures['p99_ms']:.1f} ms "
+                      f"(max {figures.get('max_ms', 0.0):.0f}, connections' first push p99 "
+                      f"{figures.get('first_p99_ms', 0.0):.0f})  "
                       f"{figures['switches'] / figures['ok'] if figures['ok'] else 0:.1f} switches/push  "
                       f"statuses {figures['statuses']}  "
                       f"load {_load_average()}", flush=True)
@@ -484,7 +500,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
     receivers = [name for name in result["answered"] if name != "otelcol"]
     for receiver in receivers:
         print(f"\n{receiver}:")
-        print(f"{'scenario':22s} {'kct/CPU-s':>9s} {'otelcol/CPU-s':>10s} {'ratio':>6s}   "
+        print(f"{'scenario':22s} {'kct/CPU-s':>9s} {'otelcol/CPU-s':>10s} {'ratio':>6s} {'p99 ratio':>9s}   "
               f"{'kct/s':>7s} {'otel/s':>7s}   {'p50/p99 ms kct vs otelcol':26s} {'RSS MB kct':>6s} {'otelcol':>6s}"
               f"   {'switches/push kct otelcol'}")
         for scenario in args.scenarios:
@@ -495,7 +511,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
                 "kct_per_cpu_s": kct.per_cpu_s(), "otelcol_per_cpu_s": col.per_cpu_s(),
                 "ratio": kct.per_cpu_s() / col.per_cpu_s() if col.per_cpu_s() else 0.0,
                 "kct_p50_ms": _median(kct.p50), "otelcol_p50_ms": _median(col.p50),
-                "kct_p99_ms": _median(kct.p99), "otelcol_p99_ms": _median(col.p99),
+                "kct_p99_ms": _median(kct.p99), "otelcol_p99_ms": _median(col.p99), "p99_ratio": _p99_ratio(kct, col),
                 "kct_rss_peak_mb": kct.rss_peak_mb, "otelcol_rss_peak_mb": col.rss_peak_mb,
                 "kct_statuses": kct.statuses, "otelcol_statuses": col.statuses,
                 "kct_late": kct.late, "otelcol_late": col.late,

@@ -91,6 +91,8 @@ def parse_versus(output: str) -> list[Figure]:
         if "fixed rate" in scenario:
             figures.append((f"{scenario}: p50 kct / Collector",
                             f"{fig['kct_p50_ms']:.1f} / {fig['otelcol_p50_ms']:.1f} ms"))
+        figures.append((f"{scenario}: p99 kct / Collector (ratio)",
+                        f"{fig['kct_p99_ms']:.1f} / {fig['otelcol_p99_ms']:.1f} ms ({fig.get('p99_ratio', 0.0):.2f}x)"))
         figures.append((f"{scenario}: peak RSS kct / Collector",
                         f"{fig['kct_rss_peak_mb']:.0f} / {fig['otelcol_rss_peak_mb']:.0f} MB"))
     records = summary.get("records", {})

@@ -38,11 +38,16 @@ type result struct {
 	Sent       int64          `json:"sent"`
 	Late       int64          `json:"late"`
 	PushesPerS float64        `json:"pushes_per_s"`
+	// Each connection's first push (closed loop): whether a tail is the connections' start (accept) or not.
+	FirstP50ms float64 `json:"first_p50_ms"`
+	FirstP99ms float64 `json:"first_p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
 }
 
 type recorder struct {
 	mu        sync.Mutex
 	latencies []float64
+	first     []float64 // the latency of each connection's first push (closed loop)
 	statuses  map[int]int
 	ok        atomic.Int64
 	errors    atomic.Int64
@@ -175,6 +180,11 @@ func closedLoop(s settings, until time.Time, rec *recorder, idBase int) {
 					continue
 				}
 				rec.add(status, time.Since(started))
+				if n == 0 {
+					rec.mu.Lock()
+					rec.first = append(rec.first, float64(time.Since(started).Microseconds())/1000.0)
+					rec.mu.Unlock()
+				}
 				if status == 429 || status == 503 {
 					time.Sleep(50 * time.Millisecond)
 				}
@@ -296,6 +306,7 @@ func main() {
 	elapsed := time.Since(started).Seconds()
 	fmt.Println("DONE")
 	sort.Float64s(rec.latencies)
+	sort.Float64s(rec.first)
 	statuses := map[string]int{}
 	for k, v := range rec.statuses {
 		statuses[strconv.Itoa(k)] = v
@@ -304,6 +315,8 @@ func main() {
 		Seconds: elapsed, OK: rec.ok.Load(), WarmupOK: warmOK, Statuses: statuses, Errors: rec.errors.Load(),
 		P50ms: percentile(rec.latencies, 0.50), P99ms: percentile(rec.latencies, 0.99),
 		Sent: sent.Load(), Late: late.Load(), PushesPerS: float64(rec.ok.Load()) / elapsed,
+		FirstP50ms: percentile(rec.first, 0.50), FirstP99ms: percentile(rec.first, 0.99),
+		MaxMs: percentile(rec.latencies, 1.0),
 	}
 	enc, _ := json.Marshal(out)
 	fmt.Println(string(enc))

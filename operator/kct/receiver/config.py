@@ -175,7 +175,20 @@ class LimitsConfig(StrictModel):
         "whole). Keep below the topic's max.message.bytes (1 MiB by default) minus headers.",
     )
     max_inflight_requests: PositiveInt = Field(
-        default=1024, description="Pushes being processed or awaiting Kafka at once (503 above)."
+        default=1024,
+        description="Pushes being processed or awaiting Kafka at once; more wait for a place in arrival order "
+        "(limits.maxQueuedRequests, limits.maxQueueWaitMs).",
+    )
+    max_queued_requests: PositiveInt = Field(
+        default=1024,
+        description="Pushes waiting in arrival order for a place when limits.maxInflightRequests are taken; "
+        "above, 503 (reason queue_full) with Retry-After.",
+    )
+    max_queue_wait_ms: PositiveInt = Field(
+        default=500,
+        description="Longest a push may wait for its turn, from its arrival (the request whole) to the start "
+        "of its processing; a push older than this when its turn comes, or still waiting for a place, is "
+        "refused with 503 (reason queue_wait) and Retry-After before any work on it.",
     )
     max_inflight_bytes: PositiveInt = Field(
         default=64 * 1024 * 1024,

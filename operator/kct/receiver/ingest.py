@@ -85,8 +85,10 @@ class PushHandler(Protocol):
     def draining(self) -> bool: ...
 
     async def handle_push(self, headers: Mapping[str, str], declared_length: int | None,
-                          read_body: Callable[[], Awaitable[bytes]], peer_principal: str | None) -> Answer:
-        """One `POST /v1/metrics` (`headers` with lower-case names)."""
+                          read_body: Callable[[], Awaitable[bytes]], peer_principal: str | None,
+                          arrived: float | None = None) -> Answer:
+        """One `POST /v1/metrics` (`headers` with lower-case names) whose request was whole at `arrived`
+        (time.monotonic(); its wait for a turn counts from then)."""
         ...
 
     def screen_head(self, headers: Mapping[str, str], declared_length: int,
@@ -373,7 +375,7 @@ class LeanIngestProtocol(asyncio.Protocol):
                 raise BadRequest("incomplete_body", "the connection closed before the request body was complete")
             return body
 
-        answer = await self._server.handle_push(headers, length, read_body, self._peer)
+        answer = await self._server.handle_push(headers, length, read_body, self._peer, arrived)
         transport = self._transport
         if self._closed or transport is None:
             return

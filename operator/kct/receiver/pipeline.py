@@ -34,10 +34,11 @@ from kct.attribution.attributor import Attributor
 from kct.attribution.index import Attributes
 from kct.attribution.resource_bytes import with_resource_attributes
 from kct.otlp import labels as L
+from kct.receiver.admission import Admission
 from kct.receiver.clients import ClientRegistry
 from kct.receiver.codec import Negotiated, decode_request, decompress
 from kct.receiver.config import ReceiverConfig
-from kct.receiver.errors import BadRequest, PushRejected, Unavailable
+from kct.receiver.errors import BadRequest, PushRejected
 from kct.receiver.privacy import AttributeFilter
 from kct.receiver.quota import QuotaManager
 from kct.receiver.ratelimit import PushIntervalLimiter, Ticket
@@ -97,40 +98,6 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Admission:
-    """Bounds the work in flight: pushes being handled, and the body bytes they hold (as received plus
-    decompressed), so memory stays bounded whatever the senders do."""
-
-    def __init__(self, max_requests: int, max_bytes: int, retry_after_s: int) -> None:
-        self.max_requests = max_requests
-        self.max_bytes = max_bytes
-        self.retry_after_s = retry_after_s
-        self.requests = 0
-        self.bytes = 0
-
-    def enter(self) -> None:
-        if self.requests >= self.max_requests:
-            raise Unavailable(
-                "overloaded", f"{self.requests} pushes in flight (limits.maxInflightRequests)",
-                retry_after_s=self.retry_after_s,
-            )
-        self.requests += 1
-
-    def leave(self) -> None:
-        self.requests -= 1
-
-    def reserve(self, n: int) -> None:
-        if self.bytes + n > self.max_bytes:
-            raise Unavailable(
-                "overloaded", f"{self.bytes} bytes in flight (limits.maxInflightBytes)",
-                retry_after_s=self.retry_after_s,
-            )
-        self.bytes += n
-
-    def release(self, n: int) -> None:
-        self.bytes -= n
-
-
 class Pipeline:
     def __init__(
         self,
@@ -149,7 +116,10 @@ class Pipeline:
         self.quotas = QuotaManager(config.quotas)
         self.principal_from: Literal["certificate", "header", "none"] = "header"
         lim = config.limits
-        self.admission = Admission(lim.max_inflight_requests, lim.max_inflight_bytes, lim.overload_retry_after_seconds)
+        self.admission = Admission(
+            lim.max_inflight_requests, lim.max_inflight_bytes, lim.overload_retry_after_seconds,
+            max_queue_wait_s=lim.max_queue_wait_ms / 1000.0, max_queued=lim.max_queued_requests,
+        )
         self._monotonic_ms = monotonic_ms
         self._wall_ms = wall_ms
         self._push_ids = _PushIds()
@@ -164,7 +134,7 @@ class Pipeline:
         return _believed_principal(self.principal_from, push, _broker_labels(push.headers))
 
     async def process(self, push: Push) -> PushOutcome:
-        """Store `push` as one record or raise PushRejected; the caller holds an `admission.enter()`."""
+        """Store `push` as one record or raise PushRejected; the caller holds a place (`admission.enter()`)."""
         try:
             return await self._process(push, _TicketBox())
         except PushRejected as rejected:

@@ -91,6 +91,8 @@ class ReceiverServer:
         self.telemetry.track_sink(sink.inflight, sink.ready)
         budget = self.connection_budget
         self.telemetry.track_connections(lambda: budget.open, lambda: budget.buffered)
+        admission = self.pipeline.admission
+        self.telemetry.track_admission(lambda: admission.queued)
         self.app = self._build_app()
 
     # -- application -----------------------------------------------------------------------------
@@ -144,8 +146,11 @@ class ReceiverServer:
         declared_length: int | None,
         read_body: Callable[[], Awaitable[bytes]],
         peer_principal: str | None,
+        arrived: float | None = None,
     ) -> Answer:
-        """One `POST /v1/metrics`, whichever HTTP layer read it (`headers` answer lower-case names)."""
+        """One `POST /v1/metrics`, whichever HTTP layer read it (`headers` answer lower-case names). `arrived`:
+        when the request was whole (time.monotonic(); None: now), from which its wait for a turn counts
+        (kct.receiver.admission)."""
         tel = self.telemetry
         started = time.perf_counter()
         tel.active_add(1)
@@ -158,7 +163,7 @@ class ReceiverServer:
                 content_type = headers.get("content-type", "")
                 content_encoding = headers.get("content-encoding", "")
                 admission = self.pipeline.admission
-                admission.enter()
+                await admission.enter(arrived)
                 try:
                     body = await read_body()
                     size = len(body)

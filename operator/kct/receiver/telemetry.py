@@ -211,6 +211,16 @@ class Telemetry:
             registry=self.registry,
         ).set_function(lambda: float(buffered_bytes()))
 
+    def track_admission(self, queued: Callable[[], int]) -> None:
+        """The pushes waiting for a place (kct.receiver.admission), read at scrape time (ingress layer)."""
+        if not self.config.ingress:
+            return
+        Gauge(
+            "kct_receiver_admission_queued",
+            "Pushes waiting in arrival order for a place (kct.receiver.admission.queued).",
+            registry=self.registry,
+        ).set_function(lambda: float(queued()))
+
     # -- pipeline --------------------------------------------------------------------------------
     def _pipeline(self) -> None:
         stage = _Histogram(

@@ -242,17 +242,43 @@ async def test_sink_unavailable_answers_503_and_nothing_is_acknowledged(receiver
     assert len(receiver.sink.records) == 1
 
 
-async def test_inflight_limit_answers_503(make_receiver: ReceiverFactory) -> None:
-    """Given at most 2 pushes in flight and a slow sink, when 6 pushes arrive at once, then the excess get
-    503 with Retry-After, the admitted ones 200, and memory held is bounded by the limit."""
-    receiver = await make_receiver(base_config(limits={"maxInflightRequests": 2}))
+async def test_inflight_limit_queues_in_order_then_answers_503(make_receiver: ReceiverFactory) -> None:
+    """Given at most 2 pushes in flight, 1 waiting, a 200 ms bound on the wait and a sink taking 300 ms, when 6
+    pushes arrive at once, then 2 are admitted, 1 waits, 3 are refused at once (queue_full) and the waiting
+    one when its bound passes (queue_wait): every 503 with Retry-After, one record per 200, none for a 503."""
+    receiver = await make_receiver(base_config(
+        limits={"maxInflightRequests": 2, "maxQueuedRequests": 1, "maxQueueWaitMs": 200}))
     receiver.sink.delay_s = 0.3
     body = make_request().SerializeToString()
     replies = await asyncio.gather(*(receiver.post(body) for _ in range(6)))
     statuses = sorted(r.status for r in replies)
     assert statuses.count(200) == 2 and statuses.count(503) == 4
-    assert all("Retry-After" in r.headers for r in replies if r.status == 503)
+    assert all(int(r.headers["Retry-After"]) >= 1 for r in replies if r.status == 503)
     assert len(receiver.sink.records) == 2
+    text = (await receiver.get("/metrics")).body.decode()
+    assert 'kct_receiver_rejections_total{http_response_status_code="503",reason="queue_full"} 3.0' in text
+    assert 'kct_receiver_rejections_total{http_response_status_code="503",reason="queue_wait"} 1.0' in text
+    assert "kct_receiver_admission_queued 0.0" in text
+
+
+async def test_pushes_waiting_for_a_place_are_served_in_arrival_order(make_receiver: ReceiverFactory) -> None:
+    """Given one push in flight at a time and a generous bound on the wait, when 4 pushes are sent one after
+    the other while the first is held by the sink, then all get 200 and are stored in the order they came."""
+    receiver = await make_receiver(base_config(limits={"maxInflightRequests": 1, "maxQueueWaitMs": 10_000}))
+    receiver.sink.delay_s = 0.05
+    admission = receiver.server.pipeline.admission
+    body = make_request().SerializeToString()
+    posts = []
+    for n in range(4):
+        posts.append(asyncio.create_task(receiver.post(body, headers={L.CLIENT_INSTANCE_ID.http_header: f"c{n}"})))
+        # the next push is sent once this one holds the place or waits for it, so arrival order is known
+        await eventually_async(
+            lambda n=n: admission.requests + admission.queued + len(receiver.sink.records) == n + 1,
+            timeout=5, interval=0.005, what=f"push {n} admitted, queued or stored")
+    replies = await asyncio.gather(*posts)
+    assert [r.status for r in replies] == [200] * 4
+    stored = [_headers(record.headers)[L.CLIENT_INSTANCE_ID.name] for record in receiver.sink.records]
+    assert stored == ["c0", "c1", "c2", "c3"]
 
 
 async def test_health_ready_and_prometheus_metrics(receiver: Receiver) -> None:
