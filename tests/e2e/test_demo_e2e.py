@@ -18,6 +18,7 @@ folder). Then the test removes what the demo left, as `--remove-resources` would
 from __future__ import annotations
 
 import calendar
+import contextlib
 import subprocess
 import sys
 import time
@@ -40,10 +41,22 @@ DEMO = REPO / "dev" / "demo" / "demo.py"
 IMAGES = REPO / "dev" / "images" / "images.py"
 sys.path.insert(0, str(DEMO.parent))
 import demo  # noqa: E402  (dev/demo is not a package: its names, not its verdicts)
+import prometheus_view  # noqa: E402
 import spark_on_node  # noqa: E402  (dev/stack, put on the path by demo)
 from client_pods import CLIENT_SOFTWARE, selector  # noqa: E402
 from clients import DEMO_CLIENTS  # noqa: E402
 
+# The shipped dashboards' panels (dashboard uid, title) that the demo cannot feed, and why. Every other panel,
+# its variables at All, must return series from the node's Prometheus once the demo ran.
+DEMO_FEEDS_NOT: dict[tuple[str, str], str] = {
+    ("kct-pipeline", "Rate-limited and throttled"):
+        "the demo's clients stay under every rate limit and quota, so no push is throttled",
+    ("kct-pipeline", "Connections closed"):
+        "closes are counted for timeouts and the connection cap, which the brokers' plugins never reach",
+    ("kct-pipeline", "Kafka errors"): "selects error_type!=\"\": a healthy broker acknowledges every record",
+    ("kct-pipeline", "Kafka admin errors"): "the operator's admin calls succeed against a healthy broker",
+    ("kct-pipeline", "Export windows failed, last run"): "the export to the node's Prometheus does not fail",
+}
 APPLICATION = "telemetry-aggregation"  # the SparkApplication the operator renders for TelemetryReceiver telemetry
 INTERVAL_S = 5  # examples/demo/subscription.yaml: intervalMs 5000
 # After the narrowing reaches the broker a client learns it at its next push (one interval, one more in flight).
@@ -133,6 +146,26 @@ def _epoch(rfc3339: str) -> float:
     return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{fraction or 0}")
 
 
+def _assert_every_fed_panel_has_series(prometheus: str) -> None:
+    """The node's Prometheus, fed by the aggregation's export and by scraping the receivers and the operator:
+    every panel of the shipped dashboards that the demo can feed (not in DEMO_FEEDS_NOT), its variables at All,
+    returns series (the streaming export posts each window after its watermark, so the newest ones arrive after
+    the demo ended: wait for them); none errors."""
+    queries = prometheus_view.panels()
+    assert set(DEMO_FEEDS_NOT) <= set(queries), "a DEMO_FEEDS_NOT panel is gone"
+
+    def empty_panels() -> list[tuple[str, str]]:
+        return [key for key, promqls in queries.items() if key not in DEMO_FEEDS_NOT
+                and not all(prometheus_view.query(prometheus, promql) for promql in promqls)]
+
+    with contextlib.suppress(pytest.fail.Exception):
+        eventually(lambda: not empty_panels(), timeout=180, interval=5, what="every fed dashboard panel's series")
+    assert not empty_panels(), {key: queries[key] for key in empty_panels()}
+    for key in DEMO_FEEDS_NOT:
+        for promql in queries[key]:
+            prometheus_view.query(prometheus, promql)  # runs without error, data or not
+
+
 @pytest.fixture
 def demo_removed_afterwards(node_stack: NodeStack) -> Iterator[None]:
     """What `--remove-resources` does at the end of a demo, once the test has read what the demo left."""
@@ -160,7 +193,8 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     and the topic holds a push from every demo client, after the narrowing only from the chosen one; the
     Parquet has rows with data points for every demo client; every push of the client pods (a Deployment on
     librdkafka, a StatefulSet on the Java client) is attributed to its own pod and workload, the host clients'
-    to none; and the HTML report has inline SVG plots, the Spark pods and the client workloads."""
+    to none; every dashboard panel the demo can feed returns series from the node's Prometheus; and the HTML
+    report has inline SVG plots, the Spark pods and the client workloads."""
     if node_stack.kct_image is None:
         missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
     job_image = _job_image()
@@ -244,6 +278,8 @@ def test_demo_shows_every_client_aggregated_and_narrowing_stops_the_others(
     for row in read_table(out / "aggregates", "client_metrics"):
         points[str(row["client_id"])] += int(row["points"] or 0)
     assert not [c.client_id for c in DEMO_CLIENTS if points[c.client_id] <= 0], dict(points)
+
+    _assert_every_fed_panel_has_series(env_file(NODE_ENV)["KCT_NODE_PROMETHEUS_URL"])
 
     report = (out / "report.html").read_text()
     assert report.count("<svg") >= 3

@@ -4,6 +4,7 @@ import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -17,6 +18,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * from the kct-spark image, whose /opt/spark/jars hold kafka-clients (dev/demo/client_pods.py mounts this file from
  * a ConfigMap). It sets nothing about telemetry: KIP-714 pushes are on by default (enable.metrics.push=true).
  * client.id is the pod's name; SIGTERM closes the client (a shutdown hook), which sends its terminating push.
+ *
+ * <p>The consumer is a consume-and-forward stage, as many applications are: it writes a receipt of each record it
+ * read to {@code <topic>.receipts} (auto-created) with a producer of its own, so its pod pushes the Java producer's
+ * metrics too (record send, error and retry rates: librdkafka sends none of these) beside the consumer's.
  *
  * <p>Arguments: producer|consumer, bootstrap servers, topic, client.id, rate per second (producer) or group (consumer).
  */
@@ -54,6 +59,13 @@ public final class Client {
             props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
             props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
             KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
+            Properties forwarding = new Properties();
+            forwarding.put("bootstrap.servers", args[1]);
+            forwarding.put("client.id", args[3]);
+            forwarding.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            forwarding.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            KafkaProducer<byte[], byte[]> receipts = new KafkaProducer<>(forwarding);
+            String receiptsTopic = args[2] + ".receipts";
             Runtime.getRuntime().addShutdownHook(new Thread(() -> {
                 consumer.wakeup();
                 awaitQuietly(closed);
@@ -61,11 +73,15 @@ public final class Client {
             try {
                 consumer.subscribe(List.of(args[2]));
                 while (true) {
-                    consumer.poll(Duration.ofMillis(500));
+                    for (ConsumerRecord<byte[], byte[]> read : consumer.poll(Duration.ofMillis(500))) {
+                        receipts.send(new ProducerRecord<>(receiptsTopic, read.key(),
+                            (read.topic() + "/" + read.partition() + "@" + read.offset()).getBytes()));
+                    }
                 }
             } catch (WakeupException stopping) {
                 // SIGTERM: close below
             } finally {
+                receipts.close(Duration.ofSeconds(5));
                 consumer.close(Duration.ofSeconds(5));
                 closed.countDown();
             }

@@ -12,6 +12,10 @@ The metrics are the ones the shipped dashboards draw (producer: send, error and 
 request latency, throttling; consumer: consumption rate, fetch latency, throttling, request latency), each
 client with values of its own so that a per-workload merge (sum, max, mean) is told apart from any one client,
 plus a cumulative counter and a delta counter per client, the two kinds of sums the export treats differently.
+The producers here send the Java client's producer set (librdkafka sends queue time, latency and throttling but
+no record rates; in the demo those come from the Java StatefulSet's forwarding producer): this module checks
+what the export and the dashboards make of the metrics, and tests/e2e/test_demo_e2e.py checks the panels
+against what the demo's real clients send.
 """
 
 from __future__ import annotations
