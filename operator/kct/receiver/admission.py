@@ -22,8 +22,9 @@ showed at 1,024 connections was each connection's *first* push (its `first_p99_m
 longest push): with uvloop, a few of a burst of new connections stayed in the kernel's accept queue and
 were accepted a few per second while the loop was busy (connection_made times traced per connection),
 no listen overflow counted; with `runtime.eventLoop: asyncio` every burst was accepted within half a
-second and the first-push p99 was ~1 s. Brokers keep their connections open, so this is a cost of
-connection storms (a receiver restart, a benchmark's new connections), not of steady pushing.
+second and the first-push p99 was ~1 s, so asyncio's loop is now the default (config.RuntimeConfig).
+Brokers keep their connections open, so this is a cost of connection storms (a receiver restart, a
+benchmark's new connections), not of steady pushing.
 
 A refused push never reaches the pipeline, so it never becomes a record; an admitted one is processed as
 before, to Kafka's acknowledgement. The Retry-After is `limits.overloadRetryAfterSeconds`. Everything

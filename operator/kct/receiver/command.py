@@ -112,8 +112,8 @@ def tune_gc() -> None:
 
 
 def event_loop_factory(event_loop: Literal["uvloop", "asyncio"]) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The loop `runtime.eventLoop` chooses (None: asyncio's own). uvloop's (libuv) spends less CPU per request
-    in the loop's own socket and callback handling; where it is not installed, asyncio's, said in the log."""
+    """The loop `runtime.eventLoop` chooses (None: asyncio's own, the default; see RuntimeConfig for why).
+    uvloop where it is chosen; where it is not installed, asyncio's, said in the log."""
     if event_loop == "asyncio":
         return None
     try:

@@ -28,7 +28,7 @@ TUNED_RECEIVER: dict[str, Any] = {
     "observability": {"pipeline": False},
     "logging": {"level": "DEBUG", "format": "text"},
     "shutdown": {"drainTimeoutMs": 1234},
-    "runtime": {"eventLoop": "asyncio", "deliveryWakeup": "thread"},
+    "runtime": {"eventLoop": "uvloop", "deliveryWakeup": "thread"},
     "attribution": {"namespaces": ["apps"], "rules": [{"principal": "User:etl", "attributes": {"k8s.job.name": "x"}}]},
 }
 TUNED_AGGREGATION: dict[str, Any] = {
@@ -53,7 +53,7 @@ def test_spec_receiver_is_the_receivers_tuning_model_and_reaches_its_config_unch
     assert built.tuning() == spec.receiver.tuning()
     assert built.shutdown.drain_timeout_ms == 1234 and built.logging.format == "text"
     assert (built.connections.max_open, built.connections.max_buffered_bytes) == (100, 8192)
-    assert (built.runtime.event_loop, built.runtime.delivery_wakeup) == ("asyncio", "thread")
+    assert (built.runtime.event_loop, built.runtime.delivery_wakeup) == ("uvloop", "thread")
 
 
 def test_spec_aggregation_is_the_jobs_tuning_model_and_reaches_its_config_unchanged() -> None:
