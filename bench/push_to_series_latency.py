@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dev" / "stack"))
 sys.path.insert(0, str(REPO / "bench"))
 
+import _proc  # noqa: E402  (dev/stack)
 import prometheus  # noqa: E402  (dev/stack)
 import receiver_slow_senders as local  # noqa: E402  (its broker, topic and receiver helpers)
 
@@ -122,14 +122,7 @@ def aggregation_job(workdir: Path, bootstrap: str, topic: str, endpoint: str, wi
     try:
         yield process
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        _proc.stop_group(process, timeout=60)
 
 
 def visible_windows(server: prometheus.PrometheusServer, clients: int, windows: int,

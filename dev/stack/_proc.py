@@ -194,6 +194,19 @@ def stop_daemon(state: Path, name: str, *, timeout: float = 20.0) -> bool:
     return True
 
 
+def stop_group(proc: subprocess.Popen[bytes], *, timeout: float = 20.0) -> None:
+    """SIGTERM the process group of a child started with `start_new_session=True`, SIGKILL it after `timeout`;
+    returns once the leader is reaped."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

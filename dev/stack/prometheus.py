@@ -200,14 +200,7 @@ def started(
                              alive=lambda: proc.poll() is None)
             yield PrometheusServer(url=url, data_dir=root / "data", log=log)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _proc.stop_group(proc, timeout=20)
 
 
 # ------------------------------------------------------------------------ the node stack's Prometheus
