@@ -10,7 +10,7 @@
 
 `--prepare` needs the network: it builds the Collector with its builder (ocb) from Go modules at one
 release (COLLECTOR_RELEASE: otlpreceiver, the contrib kafkaexporter and bearertokenauthextension, plus the
-contrib k8sattributesprocessor, built in but not enabled, for a run with Kubernetes attributes), the
+contrib k8sattributesprocessor, enabled only by `--attributed`), the
 load generator (bench/loadgen, Go) and Kafka's jars (dev/stack/kafka_broker.py), all cached under
 ~/.cache/kct. A measuring run builds nothing that needs a download.
 
