@@ -10,7 +10,7 @@
 
 `--prepare` needs the network: it builds the Collector with its builder (ocb) from Go modules at one
 release (COLLECTOR_RELEASE: otlpreceiver, the contrib kafkaexporter and bearertokenauthextension, plus the
-contrib k8sattributesprocessor, built in but not enabled, for a run with Kubernetes attributes), the
+contrib k8sattributesprocessor, enabled only by `--attributed`), the
 load generator (bench/loadgen, Go) and Kafka's jars (dev/stack/kafka_broker.py), all cached under
 ~/.cache/kct. A measuring run builds nothing that needs a download.
 
@@ -30,6 +30,16 @@ shorter), latency p50/p99 (at the fixed rate: from each push's scheduled time), 
 RSS during the run, voluntary context switches per push (all threads: the wake-ups and thread hand-offs a
 push costs, a figure that barely moves with the shared machine's load), and checks that the records in
 each server's topic match the 200s it answered.
+
+    .venv/bin/python bench/receiver_vs_collector.py --attributed [--pods 1000]   # in a network namespace
+
+`--attributed` runs the attributed scenarios instead (issue 42): both servers add the Kubernetes identity of
+the client to each push, against a private etcd + kube-apiserver (bench/k8s_attribution.py: `--pods` pods in
+Deployments, status.podIP written, no kubelet) read with one least-rights service account token. The receiver
+runs its attribution (pod index fed by its watch) and finds the pod from the broker plugin's source-address
+header; the Collector runs `k8s_attributes` and finds it from the resource attribute k8s.pod.ip each push
+also carries. Pushes cycle through the pods' addresses. Besides records == 200s, a sample of each topic's
+records is checked: the k8s.* attributes are those of the pod of the push's address.
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dev" / "stack"))
 sys.path.insert(0, str(REPO / "bench"))
 
+import k8s_attribution  # noqa: E402
 import kafka_broker  # noqa: E402  (dev/stack is not a package)
 from receiver_throughput import build_push  # noqa: E402
 
@@ -95,6 +106,7 @@ class Scenario:
     connections: int
     gzip: bool = False
     rate: float = 0.0  # pushes/s; 0 = closed loop
+    attributed: bool = False  # pushes from the bench pods' addresses, both servers attributing (--attributed)
 
 
 QUICK = (
@@ -104,6 +116,10 @@ QUICK = (
     Scenario("500/s fixed rate", 64, rate=500.0),
     Scenario("2000/s fixed rate", 128, rate=2000.0),
     Scenario("1024 conn (overload)", 1024),
+)
+ATTRIBUTED = (
+    Scenario("32 conn attributed", 32, attributed=True),
+    Scenario("256 conn attributed", 256, attributed=True),
 )
 
 
@@ -180,9 +196,11 @@ def prepare() -> None:
 # -- servers --------------------------------------------------------------------------------------------
 
 
-def _collector_config(port: int, topic: str) -> str:
+def _collector_config(port: int, topic: str, *, attributed: bool = False) -> str:
+    processors = f"processors:\n{k8s_attribution.collector_processor()}" if attributed else ""
+    pipeline_processors = "      processors: [k8s_attributes]\n" if attributed else ""
     return f"""\
-extensions:
+{processors}extensions:
   bearertokenauth:
     token: "{TOKEN}"
 receivers:
@@ -215,7 +233,7 @@ service:
   pipelines:
     metrics:
       receivers: [otlp]
-      exporters: [kafka]
+{pipeline_processors}      exporters: [kafka]
 """
 
 
@@ -328,23 +346,44 @@ def _start(name: str, cmd: list[str], env: dict[str, str], port: int, topic: str
     return server
 
 
-def start_receiver(tmp: Path, name: str, operator_dir: Path) -> Server:
-    """A receiver running the `kct` package found in `operator_dir` (this checkout's, or a baseline's)."""
+# The receiver reads its service account where a pod has it mounted; here from the bench's directory.
+_RECEIVER_IN_BENCH_POD = (
+    "import sys, kct.attribution.kube_source as ks; ks.SERVICE_ACCOUNT_DIR = sys.argv.pop(1); "
+    "from kct.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def start_receiver(tmp: Path, name: str, operator_dir: Path, service_account: Path | None = None) -> Server:
+    """A receiver running the `kct` package found in `operator_dir` (this checkout's, or a baseline's); with
+    `service_account` (attributed scenarios), attributing from the bench's API server as if in a pod."""
     port, topic = _free_port(), f"bench-{name}"
     cfg = tmp / f"{name}.json"  # JSON is YAML
-    cfg.write_text(json.dumps(_receiver_config(port, topic)))
+    config = _receiver_config(port, topic)
     env = dict(os.environ, KCT_BENCH_TOKEN=TOKEN, PYTHONPATH=str(operator_dir))
-    return _start(name, [sys.executable, "-m", "kct.cli", "receiver", "--config", str(cfg)], env, port, topic, tmp,
-                  "/readyz")
+    cmd = [sys.executable, "-m", "kct.cli"]
+    if service_account is not None:
+        config["attribution"] = {"enabled": True, "namespaces": [k8s_attribution.NAMESPACE]}
+        # The pushes carry their address as k8s.pod.ip for the Collector's pod association; the receiver's
+        # privacy deny list drops a client's own k8s.* (a claim), which would make it rewrite every push and
+        # leave nothing to check the record against: kept, as the only change to its config.
+        config["privacy"] = {**config["privacy"], "allow": ["k8s.pod.ip"]}
+        env.update(KUBERNETES_SERVICE_HOST=k8s_attribution.API_HOST,
+                   KUBERNETES_SERVICE_PORT=str(k8s_attribution.API_PORT))
+        cmd = [sys.executable, "-c", _RECEIVER_IN_BENCH_POD, str(service_account)]
+    cfg.write_text(json.dumps(config))
+    return _start(name, [*cmd, "receiver", "--config", str(cfg)], env, port, topic, tmp, "/readyz")
 
 
-def start_servers(tmp: Path, collector: Path) -> tuple[Server, Server]:
-    kct = start_receiver(tmp, "kct", REPO / "operator")
+def start_servers(tmp: Path, collector: Path, credentials: tuple[Path, Path] | None = None) -> tuple[Server, Server]:
+    """The receiver and the Collector; with `credentials` (service-account dir, kubeconfig) both attributing."""
+    kct = start_receiver(tmp, "kct", REPO / "operator", credentials[0] if credentials else None)
     col_port = _free_port()
     col_cfg = tmp / "collector.yaml"
-    col_cfg.write_text(_collector_config(col_port, "bench-otelcol"))
-    col = _start("otelcol", [str(collector), "--config", str(col_cfg)], dict(os.environ, GOMAXPROCS="1"),
-                 col_port, "bench-otelcol", tmp)
+    col_cfg.write_text(_collector_config(col_port, "bench-otelcol", attributed=credentials is not None))
+    env = dict(os.environ, GOMAXPROCS="1")
+    if credentials is not None:
+        env["KUBECONFIG"] = str(credentials[1])
+    col = _start("otelcol", [str(collector), "--config", str(col_cfg)], env, col_port, "bench-otelcol", tmp)
     return kct, col
 
 
@@ -372,6 +411,61 @@ def records_in(topic: str) -> int:
         consumer.close()
 
 
+def write_sources(tmp: Path, raw: bytes, pods: list[k8s_attribution.BenchPod]) -> Path:
+    """Per pod, the push with its address as the resource attribute k8s.pod.ip; the load generator's
+    `-sources` file pairs each with the address it sends as the source-address header."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    lines = []
+    for number, pod in enumerate(pods):
+        req = ExportMetricsServiceRequest.FromString(raw)
+        kv = req.resource_metrics[0].resource.attributes.add()
+        kv.key, kv.value.string_value = "k8s.pod.ip", pod.address
+        path = tmp / f"push-{number}.pb"
+        path.write_bytes(req.SerializeToString())
+        lines.append(f"{pod.address} {path}")
+    sources = tmp / "sources.txt"
+    sources.write_text("\n".join(lines) + "\n")
+    return sources
+
+
+def sampled_attributes(topic: str, count: int) -> list[dict[str, str]]:
+    """The resource attributes (string values) of the last `count` records of `topic`."""
+    from confluent_kafka import Consumer, TopicPartition
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "kct-bench-sample",
+                         "enable.auto.commit": False})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, max(low, high - count))])
+        out: list[dict[str, str]] = []
+        deadline = time.monotonic() + 30
+        while len(out) < min(count, high - low) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            for rm in ExportMetricsServiceRequest.FromString(msg.value()).resource_metrics:
+                out.append({kv.key: kv.value.string_value for kv in rm.resource.attributes})
+        return out
+    finally:
+        consumer.close()
+
+
+def check_attribution(servers: list[Server], pods: list[k8s_attribution.BenchPod], count: int = 500) -> bool:
+    """Each server's last `count` records carry the k8s.* attributes of the pod of their address."""
+    by_address = {pod.address: pod for pod in pods}
+    good = True
+    for server in servers:
+        records = sampled_attributes(server.topic, count)
+        problems = k8s_attribution.mismatches(by_address, records)
+        verdict = "all match their pod" if records and not problems else "MISMATCH"
+        good = good and bool(records) and not problems
+        print(f"{server.name}: {len(records)} sampled records' k8s.* attributes: {verdict}"
+              + "".join(f"\n    {p}" for p in problems[:5]), flush=True)
+    return good
+
+
 # -- one measured run -----------------------------------------------------------------------------------
 
 
@@ -381,9 +475,11 @@ def _peak_rss(server: Server, stop: threading.Event, peak: list[float]) -> None:
 
 
 def drive(loadgen: Path, server: Server, scenario: Scenario, body: Path, seconds: float) -> dict[str, Any]:
-    """Run the load generator against `server`; its CPU between the generator's MEASURE and DONE lines."""
+    """Run the load generator against `server`; its CPU between the generator's MEASURE and DONE lines.
+    `body`: the push, or for an attributed scenario the file of lines "ADDRESS BODY-FILE" it cycles through."""
     cmd = ["taskset", "-c", LOADGEN_CORE, str(loadgen), "-addr", f"127.0.0.1:{server.port}", "-token", TOKEN,
-           "-body", str(body), "-connections", str(scenario.connections), "-seconds", str(seconds),
+           "-sources" if scenario.attributed else "-body", str(body), "-connections", str(scenario.connections),
+           "-seconds", str(seconds),
            "-rate", str(scenario.rate), "-warmup", "2"]
     if scenario.gzip:
         cmd.append("-gzip")
@@ -461,6 +557,7 @@ def measure(args: argparse.Namespace, servers: list[Server], loadgen: Path, tmp:
     bodies = {False: tmp / "push.pb", True: tmp / "push.pb.gz"}
     bodies[False].write_bytes(raw)
     bodies[True].write_bytes(gzip.compress(raw))
+    sources = write_sources(tmp, raw, args.bench_pods) if args.bench_pods else tmp / "no-sources"
     print(f"push: {len(raw)} bytes protobuf ({len(gzip.compress(raw))} gzip), 100 data points; "
           f"{args.trials} interleaved trials x {args.seconds:.0f} s per scenario and server", flush=True)
     tallies = {(s.name, srv.name): Tally() for s in args.scenarios for srv in servers}
@@ -470,7 +567,8 @@ def measure(args: argparse.Namespace, servers: list[Server], loadgen: Path, tmp:
         for scenario in args.scenarios:
             shift = (trial + args.scenarios.index(scenario)) % len(servers)  # who goes first rotates
             for server in servers[shift:] + servers[:shift]:
-                figures = drive(loadgen, server, scenario, bodies[scenario.gzip], args.seconds)
+                body = sources if scenario.attributed else bodies[scenario.gzip]
+                figures = drive(loadgen, server, scenario, body, args.seconds)
                 _add(tallies[(scenario.name, server.name)], figures)
                 answered[server.name] += int(figures["ok"]) + int(figures["warmup_ok"])
                 print(f"  trial {trial + 1} {scenario.name:22s} {server.name:8s} "
@@ -536,6 +634,10 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
     parser.add_argument("--threads", action="store_true",
                         help="per trial, also print each server's CPU per push by thread name")
+    parser.add_argument("--attributed", action="store_true",
+                        help="run the attributed scenarios (both servers adding pods' k8s.* attributes; needs "
+                             "the Kubernetes binaries of dev/stack/kube.py) instead of the others")
+    parser.add_argument("--pods", type=int, default=1000, help="pods in the bench's API server (--attributed)")
     parser.add_argument("--baseline", type=Path, action="append", default=[], metavar="OPERATOR_DIR",
                         help="also run the receiver of another checkout (its `operator` directory, e.g. from "
                              "`git archive main operator`) as server `base`, interleaved with the others")
@@ -546,29 +648,45 @@ def main() -> int:
     args.seconds = args.seconds or (15.0 if args.full else 5.0)
     args.trials = args.trials or (3 if args.full else 2)
     wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-    args.scenarios = [s for s in QUICK if not wanted or any(s.name.startswith(w) for w in wanted)]
+    args.scenarios = [s for s in (ATTRIBUTED if args.attributed else QUICK)
+                      if not wanted or any(s.name.startswith(w) for w in wanted)]
     collector, loadgen = collector_binary(build=True), loadgen_binary()
     STATE.mkdir(parents=True, exist_ok=True)
     kafka_broker.up(STATE, "", plugin=False, name="kafka-bench", port=KAFKA_PORT,
                     controller_port=KAFKA_CONTROLLER_PORT)
     servers: list[Server] = []
+    cluster = k8s_attribution.Cluster(STATE / "kube") if args.attributed else None
+    args.bench_pods = []
     try:
         create_topics(["bench-kct", "bench-otelcol", "bench-base",
                        *(f"bench-base{n}" for n in range(2, len(args.baseline) + 1))])
         with tempfile.TemporaryDirectory(prefix="kct-bench-") as tmp:
-            kct, col = start_servers(Path(tmp), collector)
+            credentials = None
+            if cluster is not None:
+                cluster.up()
+                started = time.monotonic()
+                args.bench_pods = cluster.populate(args.pods, max(1, args.pods // 20))
+                print(f"API server: {len(args.bench_pods)} pods in Deployments, status.podIP written "
+                      f"({time.monotonic() - started:.0f} s)", flush=True)
+                credentials = cluster.write_credentials(Path(tmp))
+            kct, col = start_servers(Path(tmp), collector, credentials)
             servers = [kct, col]
             for number, baseline in enumerate(args.baseline, start=1):
                 name = "base" if number == 1 else f"base{number}"
-                servers.append(start_receiver(Path(tmp), name, baseline.resolve()))
+                servers.append(start_receiver(Path(tmp), name, baseline.resolve(),
+                                              credentials[0] if credentials else None))
             result = measure(args, servers, loadgen, Path(tmp))
             summary = report(args, result)
+            if args.bench_pods:
+                summary["attribution_checked"] = check_attribution(servers, args.bench_pods)
             for server in servers:
                 server.stop()
     finally:
         for server in servers:
             server.stop()
         kafka_broker.down(STATE, name="kafka-bench")
+        if cluster is not None:
+            cluster.down()
     if args.json:
         print(json.dumps(summary))
     return 0

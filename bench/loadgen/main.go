@@ -18,6 +18,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,15 +78,23 @@ func dial(addr string) (*conn, error) {
 	return &conn{c: c, br: bufio.NewReaderSize(c, 16384)}, nil
 }
 
+// source is one client address and the push body that carries it (as its resource attribute
+// k8s.pod.ip), for a run with Kubernetes attribution: the receiver reads the address from the broker
+// plugin's header, the Collector's k8sattributes from the resource attribute, so both find the same pod.
+type source struct {
+	address string
+	body    []byte
+}
+
 // request builds one push with its own client instance id, as the broker plugin sends it.
-func request(body []byte, gzip bool, token string, id string) []byte {
+func request(body []byte, gzip bool, token string, id string, address string) []byte {
 	var b bytes.Buffer
 	b.WriteString("POST /v1/metrics HTTP/1.1\r\nHost: bench\r\nContent-Type: application/x-protobuf\r\n")
 	b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n")
 	b.WriteString("Authorization: Bearer " + token + "\r\n")
 	b.WriteString("kct-client-instance-id: " + id + "\r\n")
 	b.WriteString("kct-client-id: bench-producer\r\nkct-client-software-name: librdkafka\r\n")
-	b.WriteString("kct-client-software-version: 2.16.0\r\nkct-client-source-address: 10.0.0.7\r\n")
+	b.WriteString("kct-client-software-version: 2.16.0\r\nkct-client-source-address: " + address + "\r\n")
 	b.WriteString("kct-client-source-port: 51234\r\nkct-principal: User:bench\r\nkct-broker-id: 1\r\n")
 	b.WriteString("kct-terminating: false\r\nkct-push-interval-ms: 60000\r\n")
 	if gzip {
@@ -147,14 +156,45 @@ func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
 type settings struct {
 	addr, token    string
 	body           []byte
+	sources        []source      // when set, push k goes out as sources[k % len] (address and body)
+	next           *atomic.Int64 // pushes started, to pick the next source
 	gzip           bool
 	connections    int
 	rate           float64
 	warmup, length time.Duration
 }
 
+func (s *settings) request(id string) []byte {
+	if len(s.sources) == 0 {
+		return request(s.body, s.gzip, s.token, id, "10.0.0.7")
+	}
+	src := s.sources[int(s.next.Add(1)-1)%len(s.sources)]
+	return request(src.body, s.gzip, s.token, id, src.address)
+}
+
+// readSources reads lines "ADDRESS BODY-FILE".
+func readSources(path string) ([]source, error) {
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []source
+	for _, line := range strings.Split(strings.TrimSpace(string(text)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%s: want \"ADDRESS BODY-FILE\", got %q", path, line)
+		}
+		body, err := os.ReadFile(fields[1])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, source{address: fields[0], body: body})
+	}
+	return out, nil
+}
+
 // closedLoop: every connection sends its next push as soon as the previous one is answered.
-func closedLoop(s settings, until time.Time, rec *recorder, idBase int) {
+func closedLoop(s *settings, until time.Time, rec *recorder, idBase int) {
 	var wg sync.WaitGroup
 	for i := 0; i < s.connections; i++ {
 		wg.Add(1)
@@ -170,7 +210,7 @@ func closedLoop(s settings, until time.Time, rec *recorder, idBase int) {
 						continue
 					}
 				}
-				req := request(s.body, s.gzip, s.token, fmt.Sprintf("bench-%x-%d-%d-%d", runID, idBase, i, n))
+				req := s.request(fmt.Sprintf("bench-%x-%d-%d-%d", runID, idBase, i, n))
 				started := time.Now()
 				status, err := c.roundTrip(req)
 				if err != nil {
@@ -198,7 +238,7 @@ func closedLoop(s settings, until time.Time, rec *recorder, idBase int) {
 }
 
 // openLoop: pushes scheduled every 1/rate s over a pool of connections; latency from the scheduled time.
-func openLoop(s settings, until time.Time, rec *recorder, idBase int, late *atomic.Int64, sent *atomic.Int64) {
+func openLoop(s *settings, until time.Time, rec *recorder, idBase int, late *atomic.Int64, sent *atomic.Int64) {
 	slots := make(chan time.Time, s.connections*4)
 	var wg sync.WaitGroup
 	for i := 0; i < s.connections; i++ {
@@ -216,7 +256,7 @@ func openLoop(s settings, until time.Time, rec *recorder, idBase int, late *atom
 					}
 				}
 				n++
-				req := request(s.body, s.gzip, s.token, fmt.Sprintf("bench-%x-%d-%d-%d", runID, idBase, i, n))
+				req := s.request(fmt.Sprintf("bench-%x-%d-%d-%d", runID, idBase, i, n))
 				status, err := c.roundTrip(req)
 				if err != nil {
 					rec.errors.Add(1)
@@ -260,7 +300,7 @@ func percentile(sorted []float64, q float64) float64 {
 	return sorted[i]
 }
 
-func run(s settings, idBase int, late, sent *atomic.Int64) *recorder {
+func run(s *settings, idBase int, late, sent *atomic.Int64) *recorder {
 	rec := &recorder{statuses: map[int]int{}}
 	until := time.Now().Add(s.length)
 	if s.rate > 0 {
@@ -272,8 +312,8 @@ func run(s settings, idBase int, late, sent *atomic.Int64) *recorder {
 }
 
 func main() {
-	var s settings
-	var bodyPath string
+	s := settings{next: new(atomic.Int64)}
+	var bodyPath, sourcesPath string
 	var seconds, warmup float64
 	flag.StringVar(&s.addr, "addr", "127.0.0.1:4318", "host:port of the server")
 	flag.StringVar(&s.token, "token", "bench-token", "bearer token")
@@ -283,26 +323,32 @@ func main() {
 	flag.Float64Var(&s.rate, "rate", 0, "pushes per second (0: as fast as the connections are answered)")
 	flag.Float64Var(&seconds, "seconds", 10, "measured seconds")
 	flag.Float64Var(&warmup, "warmup", 2, "unmeasured seconds first")
+	flag.StringVar(&sourcesPath, "sources", "", "file of lines \"ADDRESS BODY-FILE\": pushes cycle through them "+
+		"(instead of -body and the address 10.0.0.7)")
 	flag.Parse()
-	body, err := os.ReadFile(bodyPath)
+	var err error
+	if sourcesPath != "" {
+		s.sources, err = readSources(sourcesPath)
+	} else {
+		s.body, err = os.ReadFile(bodyPath)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	s.body = body
 	var late, sent atomic.Int64
 	warmOK := int64(0)
 	if warmup > 0 {
 		w := s
 		w.length = time.Duration(warmup * float64(time.Second))
-		warmOK = run(w, 1, &late, &sent).ok.Load()
+		warmOK = run(&w, 1, &late, &sent).ok.Load()
 	}
 	late.Store(0)
 	sent.Store(0)
 	fmt.Println("MEASURE")
 	started := time.Now()
 	s.length = time.Duration(seconds * float64(time.Second))
-	rec := run(s, 2, &late, &sent)
+	rec := run(&s, 2, &late, &sent)
 	elapsed := time.Since(started).Seconds()
 	fmt.Println("DONE")
 	sort.Float64s(rec.latencies)
