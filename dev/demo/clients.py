@@ -40,14 +40,22 @@ DEMO_CLIENTS: tuple[ClientSpec, ...] = (
 )
 
 
+# The node stack's Kafka is three brokers: the demo's topics have a replica on each, two in sync required for
+# an `acks=all` write, as a production cluster's would.
+REPLICATION_FACTOR = 3
+MIN_INSYNC_REPLICAS = 2
+
+
 def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 3) -> None:
-    """Create the demo's data topics if missing (the broker would auto-create them with one partition)."""
+    """Create the demo's data topics if missing (the broker would auto-create them with one partition), with
+    REPLICATION_FACTOR replicas and MIN_INSYNC_REPLICAS."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "kct-demo-setup", "enable.metrics.push": False,
                          "log_level": 3})
     existing = set(admin.list_topics(timeout=10).topics)
-    wanted = [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics if t not in existing]
+    wanted = [NewTopic(t, num_partitions=partitions, replication_factor=REPLICATION_FACTOR,
+                       config={"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}) for t in topics if t not in existing]
     for topic, future in admin.create_topics(wanted).items() if wanted else []:
         try:
             future.result(timeout=30)

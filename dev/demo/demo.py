@@ -271,7 +271,8 @@ class Demo:
             repository, tag = image.rsplit(":", 1)
             values = {"image.repository": repository, "image.tag": tag,
                       "image.pullPolicy": "Never",  # imported into containerd by node-up, never pulled
-                      "kafka.bootstrapServers": self.env["KCT_NODE_KAFKA_POD_BOOTSTRAP"],
+                      # every broker, the commas escaped: helm's --set splits at a bare one
+                      "kafka.bootstrapServers": self.env["KCT_NODE_KAFKA_POD_BOOTSTRAP"].replace(",", "\\,"),
                       "replicas": "1",  # one operator pod is enough to show; the chart's default is 2
                       "operator.resyncSeconds": "10"}
             argv = [*self.helm, "upgrade", "--install", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE,

@@ -49,7 +49,9 @@ __all__ = [
     "SecureListeners",
     "answers",
     "api_versions",
+    "configuration",
     "down",
+    "ensure_scram_user",
     "install",
     "install_libs",
     "libs_dir",
@@ -403,6 +405,18 @@ def _server_properties(data: Path, telemetry_endpoint: str, port: int, controlle
     return "\n".join(lines) + "\n"
 
 
+def configuration(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, plugin: bool = True,
+                  name: str = NAME, port: int = PORT, controller_port: int = CONTROLLER_PORT,
+                  pod_listener: str | None = None, version: str = KAFKA_VERSION, plugin_class: str | None = None,
+                  node_id: int = 1, voters: str | None = None, replication: int = 1,
+                  secure: SecureListeners | None = None, plugin_tls: PluginTls | None = None) -> str:
+    """The server.properties `start` writes into `<state>/<name>/` for these arguments: a running broker whose
+    file says otherwise is restarted by `up` (and by kafka_cluster.up)."""
+    return _server_properties(state / name / "data", telemetry_endpoint, port, controller_port, plugin, token_file,
+                              pod_listener, version=version, plugin_class=plugin_class, node_id=node_id,
+                              voters=voters, replication=replication, secure=secure, plugin_tls=plugin_tls)
+
+
 def _classpath(plugin: bool, version: str = KAFKA_VERSION) -> str:
     entries = [str(libs_dir(version) / "*")]
     if plugin:
@@ -450,9 +464,9 @@ def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, 
     if not _libs_ready(version) or (plugin and not _plugin_fresh()):
         install(version)
     config = state / name / "server.properties"
-    wanted = _server_properties(state / name / "data", telemetry_endpoint, port, controller_port, plugin,
-                                token_file, pod_listener, version=version, plugin_class=plugin_class,
-                                secure=secure, plugin_tls=plugin_tls)
+    wanted = configuration(state, telemetry_endpoint, token_file=token_file, plugin=plugin, name=name, port=port,
+                           controller_port=controller_port, pod_listener=pod_listener, version=version,
+                           plugin_class=plugin_class, secure=secure, plugin_tls=plugin_tls)
     log = state / "logs" / f"{name}.log"
     env = {"KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port}", **(secure.env() if secure else {})}
     if _proc.is_running(state, name):
@@ -460,7 +474,7 @@ def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, 
             # same configuration: maybe still starting (another `up`), so wait rather than restart
             _proc.wait_until(lambda: answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
                              log=log, alive=lambda: _proc.is_running(state, name))
-            _ensure_scram_user(state, name, port, secure, version)
+            ensure_scram_user(state, name, port, secure, version)
             return env
         with _proc.step(f"restart Kafka {version} ({name}: configuration or plugin jar changed)"):
             _proc.stop_daemon(state, name, timeout=30)
@@ -470,7 +484,7 @@ def up(state: Path, telemetry_endpoint: str, *, token_file: Path | None = None, 
               plugin_class=plugin_class, jvm=jvm, secure=secure, plugin_tls=plugin_tls)
         _proc.wait_until(lambda: answers(HOST, port), timeout=120, what=f"Kafka broker {HOST}:{port}",
                          log=log, alive=lambda: _proc.is_running(state, name))
-        _ensure_scram_user(state, name, port, secure, version)
+        ensure_scram_user(state, name, port, secure, version)
     return env
 
 
@@ -479,7 +493,8 @@ def _scram_marker(state: Path, name: str) -> Path:
     return state / name / "scram-credential"
 
 
-def _ensure_scram_user(state: Path, name: str, port: int, secure: SecureListeners | None, version: str) -> None:
+def ensure_scram_user(state: Path, name: str, port: int, secure: SecureListeners | None,
+                      version: str = KAFKA_VERSION) -> None:
     """Storage formatted before the secure listeners existed (or another password) has no SCRAM credential:
     add it once through the PLAINTEXT listener (a JVM start; `start` formats new storage with it)."""
     if secure is None:
@@ -515,10 +530,10 @@ def start(state: Path, telemetry_endpoint: str, *, token_file: Path | None = Non
     data = kdir / "data"
     config = kdir / "server.properties"
     kdir.mkdir(parents=True, exist_ok=True)
-    config.write_text(_server_properties(data, telemetry_endpoint, port, controller_port, plugin, token_file,
-                                         pod_listener, version=version, plugin_class=plugin_class,
-                                         node_id=node_id, voters=voters, replication=replication,
-                                         secure=secure, plugin_tls=plugin_tls))
+    config.write_text(configuration(state, telemetry_endpoint, token_file=token_file, plugin=plugin, name=name,
+                                    port=port, controller_port=controller_port, pod_listener=pod_listener,
+                                    version=version, plugin_class=plugin_class, node_id=node_id, voters=voters,
+                                    replication=replication, secure=secure, plugin_tls=plugin_tls))
     java = _java(kdir, plugin, version, jvm)
     if not (data / "meta.properties").exists():
         with _proc.step(f"format KRaft storage ({data})"):
@@ -542,12 +557,12 @@ def down(state: Path, *, name: str = NAME) -> None:
 
 def status(state: Path, *, name: str = NAME, port: int = PORT) -> list[str]:
     if not _proc.is_running(state, name):
-        return [f"kafka {KAFKA_VERSION}: stopped"]
+        return [f"{name} {KAFKA_VERSION}: stopped"]
     pid = _proc.read_pid(state, name)
     try:
         apis = api_versions(HOST, port)
     except (OSError, struct.error):
-        return [f"kafka {KAFKA_VERSION}: starting (pid {pid}), not answering on {HOST}:{port} yet"]
+        return [f"{name} {KAFKA_VERSION}: starting (pid {pid}), not answering on {HOST}:{port} yet"]
     telemetry = all(k in apis for k in (API_GET_TELEMETRY_SUBSCRIPTIONS, API_PUSH_TELEMETRY))
     config = state / name / "server.properties"
     endpoint = ""
@@ -556,7 +571,7 @@ def status(state: Path, *, name: str = NAME, port: int = PORT) -> list[str]:
             if line.startswith("kct.telemetry.endpoint="):
                 endpoint = line.partition("=")[2]
     plugin = f"plugin -> {endpoint}" if endpoint else "no telemetry plugin"
-    return [f"kafka {KAFKA_VERSION}: running (pid {pid}) on {HOST}:{port}, {plugin}, "
+    return [f"{name} {KAFKA_VERSION}: running (pid {pid}) on {HOST}:{port}, {plugin}, "
             f"telemetry APIs 71/72 {'advertised' if telemetry else 'NOT advertised'}"]
 
 

@@ -10,7 +10,10 @@ controlled shutdown; SIGKILL: a crash); `rejoined` says when the cluster is whol
 lists every broker and no partition lacks a replica in its ISR.
 
 Each node is `<state>/<name>-<id>/` with its log at `<state>/logs/<name>-<id>.log`. Standard library only,
-like kafka_broker.py. Used by tests/e2e/test_kafka_cluster_e2e.py.
+like kafka_broker.py. Used by tests/e2e/test_kafka_cluster_e2e.py, and by the node stack (stack.py node-up),
+whose nodes also listen for pods on the node's address and serve SASL_SSL and mTLS (`Node.pod_listener`,
+`Node.secure`), with the plugin trusting the receivers' CA (`Cluster.plugin_tls`); `up` is its idempotent
+start, `status` its lines.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import os
 import signal
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import _proc
 import kafka_broker
@@ -32,6 +36,8 @@ __all__ = [
     "ClusterMetadata",
     "Node",
     "PartitionState",
+    "cluster_id",
+    "configuration",
     "down",
     "metadata",
     "parse_metadata_v4",
@@ -39,7 +45,9 @@ __all__ = [
     "rejoined",
     "start",
     "start_node",
+    "status",
     "stop_node",
+    "up",
 ]
 
 HOST = kafka_broker.HOST
@@ -53,6 +61,10 @@ class Node:
     port: int
     controller_port: int
     prefix: str = "kafka"
+    pod_listener: str | None = None
+    """`host:port` of a PLAINTEXT listener for a node stack's pods, advertised as such."""
+    secure: kafka_broker.SecureListeners | None = None
+    """This node's SASL_SSL and mTLS listeners on loopback (and SASL_SSL for pods), each on ports of its own."""
 
     @property
     def name(self) -> str:
@@ -80,6 +92,8 @@ class Cluster:
     version: str = kafka_broker.KAFKA_VERSION
     token_file: Path | None = None
     jvm: tuple[str, ...] = tuple(kafka_broker.HEAP)
+    plugin_tls: kafka_broker.PluginTls | None = None
+    """The plugin's CA (and client certificate) toward an https receiver, the same on every broker."""
 
     @property
     def bootstrap(self) -> str:
@@ -101,24 +115,110 @@ class Cluster:
     def running(self, node_id: int) -> bool:
         return _proc.is_running(self.state, self.node(node_id).name)
 
+    def env(self) -> dict[str, str]:
+        """What a stack's env file says about the cluster: every node's address, by listener (the secured
+        listeners' other variables, the CA and the credentials' files, are the same for every node)."""
+        env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
+        secured = [n.secure for n in self.nodes if n.secure is not None]
+        if secured:
+            env.update(secured[0].env())
+            env["KAFKA_SASL_SSL_BOOTSTRAP_SERVERS"] = ",".join(f"{HOST}:{s.sasl_ssl_port}" for s in secured)
+            env["KAFKA_SSL_BOOTSTRAP_SERVERS"] = ",".join(f"{HOST}:{s.ssl_port}" for s in secured)
+        return env
+
+
+def cluster_id(state: Path, prefix: str = "kafka") -> str:
+    """The cluster id of the nodes `<prefix>-<id>` in `state`, made once and kept in `<state>/<prefix>-cluster-id`:
+    a node whose storage is formatted again (its directory removed) must join the same cluster."""
+    path = state / f"{prefix}-cluster-id"
+    if not path.exists():
+        state.mkdir(parents=True, exist_ok=True)
+        path.write_text(kafka_broker.new_cluster_id() + "\n")
+    return path.read_text().strip()
+
+
+class _BrokerArguments(TypedDict):
+    """The arguments kafka_broker.configuration and kafka_broker.start share: what decides a node's file."""
+
+    token_file: Path | None
+    name: str
+    port: int
+    controller_port: int
+    pod_listener: str | None
+    version: str
+    node_id: int
+    voters: str
+    replication: int
+    secure: kafka_broker.SecureListeners | None
+    plugin_tls: kafka_broker.PluginTls | None
+
+
+def _broker_arguments(cluster: Cluster, node: Node) -> _BrokerArguments:
+    """What kafka_broker.configuration and kafka_broker.start take for `node` (the configuration's part)."""
+    return {"token_file": cluster.token_file, "name": node.name, "port": node.port,
+            "controller_port": node.controller_port, "pod_listener": node.pod_listener, "version": cluster.version,
+            "node_id": node.node_id, "voters": quorum_voters(cluster.nodes), "replication": cluster.replication,
+            "secure": node.secure, "plugin_tls": cluster.plugin_tls}
+
 
 def start_node(cluster: Cluster, node_id: int) -> Path:
     """Start one node (formatting its storage with the cluster id when new) without waiting; its log."""
     node = cluster.node(node_id)
-    return kafka_broker.start(cluster.state, cluster.telemetry_endpoint, token_file=cluster.token_file,
-                              name=node.name, port=node.port, controller_port=node.controller_port,
-                              version=cluster.version, jvm=cluster.jvm, node_id=node.node_id,
-                              voters=quorum_voters(cluster.nodes), cluster_id=cluster.cluster_id,
-                              replication=cluster.replication)
+    return kafka_broker.start(cluster.state, cluster.telemetry_endpoint, jvm=cluster.jvm,
+                              cluster_id=cluster.cluster_id, **_broker_arguments(cluster, node))
+
+
+def configuration(cluster: Cluster, node_id: int) -> str:
+    """The server.properties node `node_id` starts with (kafka_broker.configuration)."""
+    node = cluster.node(node_id)
+    return kafka_broker.configuration(cluster.state, cluster.telemetry_endpoint, **_broker_arguments(cluster, node))
+
+
+def _configured(cluster: Cluster, node: Node) -> bool:
+    """Whether the running `node` was started with the configuration (and plugin jar) it would get now."""
+    config = cluster.state / node.name / "server.properties"
+    return config.exists() and config.read_text() == configuration(cluster, node.node_id)
 
 
 def start(cluster: Cluster) -> None:
     """Start every node at once (a static quorum elects a leader only once a majority runs). The nodes
     format their storage in parallel: each format is a JVM start of its own, seconds on a busy machine."""
     kafka_broker.install(cluster.version)
-    with ThreadPoolExecutor(max_workers=len(cluster.nodes), thread_name_prefix="kafka-cluster") as pool:
-        for started in [pool.submit(start_node, cluster, n.node_id) for n in cluster.nodes]:
-            started.result()
+    _each(cluster.nodes, lambda n: start_node(cluster, n.node_id))
+
+
+def up(cluster: Cluster, *, timeout: float = 300.0) -> None:
+    """Make the cluster run as configured and wait until it is whole (`rejoined`), each node's SCRAM user in
+    place. Idempotent: a running node with the same configuration is left alone, one whose configuration or
+    plugin jar changed is restarted. The nodes to start start together (a static quorum elects a leader only
+    once a majority runs, so waiting for each node in turn would wait for ever on the first)."""
+    kafka_broker.install(cluster.version)
+    changed = [n for n in cluster.nodes if cluster.running(n.node_id) and not _configured(cluster, n)]
+    if changed:
+        with _proc.step(f"restart {', '.join(n.name for n in changed)} (configuration or plugin jar changed)"):
+            _each(changed, lambda n: _proc.stop_daemon(cluster.state, n.name, timeout=30))
+    stopped = [n for n in cluster.nodes if not cluster.running(n.node_id)]
+    if stopped:
+        with _proc.step(f"start Kafka {cluster.version} {', '.join(n.name for n in stopped)} ({cluster.bootstrap})"):
+            _each(stopped, lambda n: start_node(cluster, n.node_id))
+    first = stopped[0] if stopped else cluster.nodes[0]
+    _proc.wait_until(lambda: rejoined(cluster), timeout=timeout, what=f"Kafka cluster {cluster.bootstrap}",
+                     log=cluster.log(first.node_id),
+                     alive=lambda: all(cluster.running(n.node_id) for n in cluster.nodes))
+    for node in cluster.nodes:
+        kafka_broker.ensure_scram_user(cluster.state, node.name, node.port, node.secure, cluster.version)
+
+
+def _each(nodes: Sequence[Node], action: Callable[[Node], object]) -> None:
+    """`action` on every node at once (each a JVM start or stop: seconds), raising the first failure."""
+    with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="kafka-cluster") as pool:
+        for done in [pool.submit(action, n) for n in nodes]:
+            done.result()
+
+
+def status(cluster: Cluster) -> list[str]:
+    """One line per node (kafka_broker.status: running, its port, the plugin's endpoint, APIs 71/72)."""
+    return [line for n in cluster.nodes for line in kafka_broker.status(cluster.state, name=n.name, port=n.port)]
 
 
 def stop_node(cluster: Cluster, node_id: int, sig: signal.Signals = signal.SIGTERM, *,
@@ -149,8 +249,7 @@ def stop_node(cluster: Cluster, node_id: int, sig: signal.Signals = signal.SIGTE
 def down(cluster: Cluster) -> None:
     """Stop every node this cluster started (SIGTERM, then SIGKILL after 30 s), all at once: one after the
     other, the last node's broker waits for a controller quorum that is gone, for the whole 30 s."""
-    with ThreadPoolExecutor(max_workers=len(cluster.nodes), thread_name_prefix="kafka-cluster") as pool:
-        list(pool.map(lambda n: _proc.stop_daemon(cluster.state, n.name, timeout=30), cluster.nodes))
+    _each(cluster.nodes, lambda n: _proc.stop_daemon(cluster.state, n.name, timeout=30))
 
 
 # --- what a node says about the cluster: Metadata v4 for every topic ---

@@ -21,12 +21,13 @@ matrix (kafka_clients.CLIENTS, a virtualenv per confluent-kafka version), nor bu
 receiver takes the aggregation's export in the tests: prometheus.py).
 
 `node-up` starts a second, separate stack with a real node (node.py): its own etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS, Kafka and Prometheus (OTLP
-receiver on, scraping the receiver and operator pods: prometheus.py), all inside network and mount namespaces it
-creates (netns.py), state in `build/node-stack/`. The host reaches its API server, Kafka and Prometheus through a
-loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443), :$KCT_NODE_KAFKA_PORT (29092) and
-:$KCT_NODE_PROMETHEUS_PORT (29090); pods reach Kafka and Prometheus on the node's address;
-`build/node-stack.env` says how to use it.
+kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy, CoreDNS, a Kafka cluster of three
+KRaft nodes (combined broker+controller, the plugin on each: kafka_cluster.py) and Prometheus (OTLP receiver on,
+scraping the receiver and operator pods: prometheus.py), all inside network and mount namespaces it creates
+(netns.py), state in `build/node-stack/`. The host reaches its API server, every Kafka broker and Prometheus
+through a loopback forwarder on 127.0.0.1:$KCT_NODE_API_PORT (26443), :$KCT_NODE_KAFKA_PORT (29092, then 29102 and
+29112 for brokers 2 and 3) and :$KCT_NODE_PROMETHEUS_PORT (29090); pods reach the brokers and Prometheus on the
+node's address; `build/node-stack.env` says how to use it (every broker in each bootstrap list).
 It is separate so that the loopback stack, and every test and session using it, stays exactly as it is.
 """
 
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _proc
 import kafka_broker
 import kafka_clients
+import kafka_cluster
 import kafka_security
 import kafka_versions
 import kube
@@ -157,23 +159,80 @@ def _node_api_port() -> int:
 
 
 def _node_kafka_port() -> int:
-    """The node stack's broker listens and advertises 127.0.0.1:<this> inside its namespace, and the forwarder
-    serves the same port on the host, so host clients follow the advertised address back to the forwarder.
-    Not 19092: the loopback stack's broker may hold that one on the host."""
+    """The node stack's first broker listens and advertises 127.0.0.1:<this> inside its namespace, and the
+    forwarder serves the same port on the host, so host clients follow the advertised address back to the
+    forwarder; the other brokers' ports follow (NODE_KAFKA_PORT_STEP). Not 19092: the loopback stack's broker may
+    hold that one on the host."""
     return int(os.environ.get("KCT_NODE_KAFKA_PORT", "29092"))
 
 
+NODE_KAFKA_NODES = 3
+NODE_KAFKA_PORT_STEP = 10
+"""Node n's ports are node 1's plus 10 * (n - 1): 29092 (PLAINTEXT), 29093 (controller), 29094 (SASL_SSL),
+29095 (mTLS) on loopback for node 1, 29102.. for node 2; for pods 10.250.0.2:19094 (PLAINTEXT) and 19095
+(SASL_SSL) for node 1, 19104/19105 for node 2, ..."""
 NODE_KAFKA_POD_PORT = 19094
 NODE_KAFKA_POD_SASL_SSL_PORT = 19095
+# Small heaps, the C1 compiler only (as the loopback cluster's nodes): three brokers and their controllers
+# start in seconds and stay small beside the node's pods on a 2-core machine.
+NODE_KAFKA_JVM = ("-Xms64m", "-Xmx384m", "-XX:TieredStopAtLevel=1")
+# The node stack's one broker before it ran a cluster: stopped by node-up and node-down, so its port is free.
+_NODE_SINGLE_BROKER = "kafka"
 
 
-def _node_secure_listeners() -> kafka_broker.SecureListeners:
-    """The node broker's SASL_SSL and mTLS listeners: on loopback inside its namespace at the PLAINTEXT port + 2
-    and + 3 (forwarded to the host's same ports), and SASL_SSL for pods on the node's address."""
-    security = kafka_security.ensure(NODE_STATE, [kafka_broker.HOST, "localhost", node.NODE_IP])
-    return kafka_broker.SecureListeners(security, sasl_ssl_port=_node_kafka_port() + 2,
-                                        ssl_port=_node_kafka_port() + 3,
-                                        pod_sasl_ssl_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_SASL_SSL_PORT}")
+def node_kafka_cluster(state: Path, security: kafka_security.KafkaSecurity | None, cluster_id: str, *,
+                       first_port: int, telemetry_endpoint: str, token_file: Path | None,
+                       plugin_ca_file: Path | None) -> kafka_cluster.Cluster:
+    """The node stack's Kafka: NODE_KAFKA_NODES combined broker+controller nodes in `state`, each with a
+    PLAINTEXT listener on loopback (the host reaches it through the forwarder) and one on the node's address for
+    pods, SASL_SSL and mTLS on loopback and SASL_SSL for pods when `security` is given (the material is the same
+    for every node: its certificate names loopback and the node's address), and the plugin, with its token and
+    the receivers' CA file, on every broker. Pure: `security` None and any `cluster_id` describe the nodes for
+    `status` and `down`."""
+    nodes = []
+    for index in range(NODE_KAFKA_NODES):
+        step = NODE_KAFKA_PORT_STEP * index
+        port = first_port + step
+        secure = None if security is None else kafka_broker.SecureListeners(
+            security, sasl_ssl_port=port + 2, ssl_port=port + 3,
+            pod_sasl_ssl_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_SASL_SSL_PORT + step}")
+        nodes.append(kafka_cluster.Node(index + 1, port, port + 1, pod_listener=f"{node.NODE_IP}:"
+                                        f"{NODE_KAFKA_POD_PORT + step}", secure=secure))
+    tls = None if plugin_ca_file is None else kafka_broker.PluginTls(ca_file=plugin_ca_file)
+    return kafka_cluster.Cluster(state, tuple(nodes), telemetry_endpoint, cluster_id, token_file=token_file,
+                                 jvm=NODE_KAFKA_JVM, plugin_tls=tls)
+
+
+def node_kafka_env(cluster: kafka_cluster.Cluster) -> dict[str, str]:
+    """build/node-stack.env on Kafka: every node's host address (the forwarder's ports) and, for pods, every
+    node's address on the node, by listener."""
+    return {**cluster.env(),
+            "KCT_NODE_KAFKA_POD_BOOTSTRAP": ",".join(n.pod_listener for n in cluster.nodes if n.pod_listener),
+            "KCT_NODE_KAFKA_POD_SASL_SSL_BOOTSTRAP": ",".join(
+                n.secure.pod_sasl_ssl_listener for n in cluster.nodes
+                if n.secure is not None and n.secure.pod_sasl_ssl_listener)}
+
+
+def node_kafka_host_ports(cluster: kafka_cluster.Cluster) -> list[int]:
+    """The ports the forwarder serves on the host for Kafka: each node's PLAINTEXT, SASL_SSL and mTLS listener."""
+    ports = []
+    for kafka_node in cluster.nodes:
+        ports.append(kafka_node.port)
+        if kafka_node.secure is not None:
+            ports += [kafka_node.secure.sasl_ssl_port, kafka_node.secure.ssl_port]
+    return ports
+
+
+def _node_kafka(*, for_start: bool) -> kafka_cluster.Cluster:
+    """The node stack's cluster; `for_start`: with its TLS material, token and cluster id (each made once)."""
+    security = cluster_id = None
+    if for_start:
+        security = kafka_security.ensure(NODE_STATE, [kafka_broker.HOST, "localhost", node.NODE_IP])
+        cluster_id = kafka_cluster.cluster_id(NODE_STATE)
+    return node_kafka_cluster(NODE_STATE, security, cluster_id or "", first_port=_node_kafka_port(),
+                              telemetry_endpoint=_node_telemetry_endpoint(),
+                              token_file=_telemetry_token_file(NODE_STATE) if for_start else None,
+                              plugin_ca_file=_node_receiver_ca_file())
 
 
 def _node_prometheus_port() -> int:
@@ -211,18 +270,17 @@ def _forwards(routes: list[str]) -> bool:
     return set(routes) <= set(argv)
 
 
-def _start_forwarder(holder: int, restart: bool) -> None:
-    """The host's way in: 127.0.0.1:<port> here -> the API server, Kafka (plain and secured) and Prometheus on
-    the node stack's loopback."""
-    port, kafka, metrics = _node_api_port(), _node_kafka_port(), _node_prometheus_port()
-    secured = (kafka + 2, kafka + 3)  # _node_secure_listeners
-    routes = [f"{port}:127.0.0.1:{kube.APISERVER_PORT}", f"{kafka}:127.0.0.1:{kafka}",
-              *(f"{p}:127.0.0.1:{p}" for p in secured), f"{metrics}:127.0.0.1:{prometheus.NODE_PORT}"]
+def _start_forwarder(holder: int, restart: bool, kafka_ports: list[int]) -> None:
+    """The host's way in: 127.0.0.1:<port> here -> the API server, every Kafka node (plain and secured) and
+    Prometheus on the node stack's loopback."""
+    port, metrics = _node_api_port(), _node_prometheus_port()
+    routes = [f"{port}:127.0.0.1:{kube.APISERVER_PORT}", *(f"{p}:127.0.0.1:{p}" for p in kafka_ports),
+              f"{metrics}:127.0.0.1:{prometheus.NODE_PORT}"]
     if restart or not _forwards(routes):  # e.g. a forwarder started before a route was added
         _proc.stop_daemon(NODE_STATE, FORWARDER)
     if _proc.is_running(NODE_STATE, FORWARDER):
         return
-    for taken in (p for p in (port, kafka, *secured, metrics) if _proc.port_open("127.0.0.1", p)):
+    for taken in (p for p in (port, *kafka_ports, metrics) if _proc.port_open("127.0.0.1", p)):
         raise SystemExit(f"error: 127.0.0.1:{taken} is in use by another program; set KCT_NODE_API_PORT, "
                          "KCT_NODE_KAFKA_PORT or KCT_NODE_PROMETHEUS_PORT")
     _proc.start_daemon(NODE_STATE, FORWARDER, [sys.executable, str(Path(__file__).with_name("forward.py")),
@@ -259,16 +317,17 @@ def node_up() -> int:
     install()
     NODE_STATE.mkdir(parents=True, exist_ok=True)
     holder, new = netns.ensure_holder(NODE_STATE.resolve())
+    kafka = _node_kafka(for_start=True)
     env: dict[str, str] = {}
     with netns.entered(holder):
         if new:
             node.setup_namespace(node.NodePaths(NODE_STATE.resolve()))
         kube.up(NODE_STATE, advertise=node.NODE_IP)
         env.update(node.up(NODE_STATE))
-        kafka_broker.up(NODE_STATE, _node_telemetry_endpoint(), token_file=_telemetry_token_file(NODE_STATE),
-                        plugin_tls=kafka_broker.PluginTls(ca_file=_node_receiver_ca_file()),
-                        port=_node_kafka_port(), controller_port=_node_kafka_port() + 1,
-                        pod_listener=f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}", secure=_node_secure_listeners())
+        _proc.stop_daemon(NODE_STATE, _NODE_SINGLE_BROKER)
+        kafka_started = time.monotonic()
+        kafka_cluster.up(kafka)
+        print(f"Kafka cluster ({len(kafka.nodes)} nodes) ready in {time.monotonic() - kafka_started:.1f}s", flush=True)
         prometheus.node_up(NODE_STATE, (NODE_STATE / "kubeconfig").resolve())
         runtime = _runtime_image()
         if runtime is None:
@@ -276,13 +335,10 @@ def node_up() -> int:
         else:
             node.load_image(NODE_STATE, *runtime)
             env["KCT_NODE_KCT_IMAGE"] = runtime[1]
-    _start_forwarder(holder, restart=new)
+    _start_forwarder(holder, restart=new, kafka_ports=node_kafka_host_ports(kafka))
     kubeconfig = NODE_STATE / "kubeconfig-host"
     kube.write_admin_kubeconfig(kubeconfig, NODE_STATE.resolve(), f"https://127.0.0.1:{_node_api_port()}")
-    env = {"KUBECONFIG": str(kubeconfig.resolve()), "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{_node_kafka_port()}",
-           "KCT_NODE_KAFKA_POD_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_PORT}",
-           "KCT_NODE_KAFKA_POD_SASL_SSL_BOOTSTRAP": f"{node.NODE_IP}:{NODE_KAFKA_POD_SASL_SSL_PORT}",
-           **_node_secure_listeners().env(),
+    env = {"KUBECONFIG": str(kubeconfig.resolve()), **node_kafka_env(kafka),
            "KCT_RECEIVER_TOKEN_FILE": str(_telemetry_token_file(NODE_STATE).resolve()),
            "KCT_TELEMETRY_ENDPOINT": _node_telemetry_endpoint(),
            "KCT_RECEIVER_CA_FILE": str(_node_receiver_ca_file()),
@@ -300,7 +356,8 @@ def node_down() -> int:
     holder = netns.holder_pid(NODE_STATE)
     # Inside: the node's cgroup root is removed through the node's own cgroup mounts.
     with netns.entered(holder) if holder is not None else contextlib.nullcontext():
-        kafka_broker.down(NODE_STATE)
+        kafka_cluster.down(_node_kafka(for_start=False))
+        _proc.stop_daemon(NODE_STATE, _NODE_SINGLE_BROKER)
         prometheus.node_down(NODE_STATE)
         node.down(NODE_STATE)
         kube.down(NODE_STATE)
@@ -317,7 +374,7 @@ def node_status_lines() -> list[str]:
     return [
         f"{'namespaces':<24} pid {holder or '-':<8} {'running' if holder else 'stopped':<8} net + mount",
         *kube.status(NODE_STATE), *node.status(NODE_STATE),
-        *kafka_broker.status(NODE_STATE, port=_node_kafka_port()),
+        *kafka_cluster.status(_node_kafka(for_start=False)),
         *prometheus.node_status(NODE_STATE),
         f"{'forwarder':<24} pid {forwarder or '-':<8} {'running' if forwarder else 'stopped':<8} "
         f"https://127.0.0.1:{_node_api_port()}",

@@ -20,12 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 KCT = Path(sys.executable).with_name("kct")
 
 
-def create_topic(bootstrap: str, partitions: int = 2, prefix: str = "kct-agg-e2e") -> str:
+def create_topic(bootstrap: str, partitions: int = 2, prefix: str = "kct-agg-e2e", replication: int = 1) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    admin.create_topics([NewTopic(name, partitions, replication)])[name].result(timeout=30)
     return name
 
 

@@ -41,9 +41,9 @@ class NodeStack:
     probe_binary: Path
     node_exec: list[str]   # argv prefix: a command in the node's network namespace
     kct_image: str | None  # our runtime image (`make images`), imported by node-up when it was built
-    kafka_bootstrap: str       # the node stack's broker from the host (through the forwarder)
-    kafka_pod_bootstrap: str   # ... and from pods (its listener on the node's address)
-    receiver_token_file: Path  # the bearer token the node stack's broker plugin sends
+    kafka_bootstrap: str       # the node stack's brokers (all three) from the host (through the forwarder)
+    kafka_pod_bootstrap: str   # ... and from pods (their listeners on the node's address)
+    receiver_token_file: Path  # the bearer token the node stack's broker plugins send
     receiver_ca_file: Path     # the CA bundle it trusts (kct.telemetry.tls.ca.file): see publish_receiver_ca
     containerd_socket: Path    # the node's containerd (`ctr --address`), in the node's namespaces
 
@@ -115,14 +115,25 @@ CLIENTS_STATUS_VALUES = ("--set", f"operator.clients.intervalSeconds={CLIENTS_IN
                          "--set", f"operator.clients.noMatchWarningSeconds={NO_CLIENTS_WARNING_SECONDS}")
 
 
+def helm_set_value(value: str) -> str:
+    """`value` for helm's `--set key=value`, which would split it at its commas (a bootstrap list)."""
+    return value.replace("\\", "\\\\").replace(",", "\\,")
+
+
 def chart_values(stack: NodeStack) -> list[str]:
     """`--set`s that run the chart with our runtime image (never pulled) against the node stack's Kafka."""
     assert stack.kct_image is not None
     repository, tag = stack.kct_image.rsplit(":", 1)
-    return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-            "--set", "image.pullPolicy=Never", "--set", f"kafka.bootstrapServers={stack.kafka_pod_bootstrap}",
+    return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+            "--set", f"kafka.bootstrapServers={helm_set_value(stack.kafka_pod_bootstrap)}",
             # status.clients within seconds, and a subscription matching nothing warned after 20 s, not 10 min
             *CLIENTS_STATUS_VALUES]
+
+
+# The node stack's Kafka is three brokers: the topics its tests create, and TelemetryReceivers' output topics,
+# have a replica on each, two of which must have a write before it is acknowledged.
+NODE_REPLICATION = 3
+NODE_MIN_INSYNC_REPLICAS = 2
 
 
 def telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, token_secret: str | None = None,
@@ -136,7 +147,8 @@ def telemetry_receiver(namespace: str, image: str, bootstrap: str, topic: str, t
         "spec": {
             "image": image, "imagePullPolicy": "Never", "replicas": replicas, "autoscaling": {"enabled": False},
             "receiver": {"auth": auth}, "kafka": {"bootstrapServers": bootstrap},
-            "topic": {"name": topic, "partitions": 1, "replicationFactor": 1, "deleteOnRemoval": True},
+            "topic": {"name": topic, "partitions": 1, "replicationFactor": NODE_REPLICATION,
+                      "minInsyncReplicas": NODE_MIN_INSYNC_REPLICAS, "deleteOnRemoval": True},
         },
     }
 

@@ -26,11 +26,13 @@ from typing import Any
 import pytest
 from aggregation_support import create_topic
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from helpers import REPO, eventually
 from node_support import (
     CLIENTS_INTERVAL_SECONDS,
     NO_CLIENTS_WARNING_SECONDS,
+    NODE_MIN_INSYNC_REPLICAS,
+    NODE_REPLICATION,
     NodeStack,
     Release,
     java_image,
@@ -235,7 +237,8 @@ def test_receiver_pod_runs_from_the_runtime_image(node_stack: NodeStack, web: We
     if node_stack.kct_image is None:
         missing_precondition("the node stack has no runtime image: run `make images` before `make node-up`")
     token = uuid.uuid4().hex
-    topic = create_topic(node_stack.kafka_bootstrap, partitions=1, prefix="kct-node-receiver")
+    topic = create_topic(node_stack.kafka_bootstrap, partitions=1, prefix="kct-node-receiver",
+                         replication=NODE_REPLICATION)
     node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(
         {"apiVersion": "v1", "kind": "List",
          "items": _receiver_objects(web.namespace, node_stack.kct_image, token, node_stack.kafka_pod_bootstrap,
@@ -257,14 +260,17 @@ def test_receiver_pod_runs_from_the_runtime_image(node_stack: NodeStack, web: We
 
 
 def test_kafka_answers_the_host_through_the_forwarder(node_stack: NodeStack) -> None:
-    """Given the node stack's broker (inside its namespace)
+    """Given the node stack's three brokers (inside its namespace)
     When a client on the host bootstraps from KAFKA_BOOTSTRAP_SERVERS
-    Then it gets the cluster's metadata, whose one broker is that same host address (the forwarder)."""
+    Then it gets the cluster's metadata, whose brokers are the three host addresses of that list (the forwarder),
+    one per broker id."""
     admin = AdminClient({"bootstrap.servers": node_stack.kafka_bootstrap})
 
     metadata = admin.list_topics(timeout=30)
 
-    assert [f"{b.host}:{b.port}" for b in metadata.brokers.values()] == [node_stack.kafka_bootstrap]
+    advertised = {broker_id: f"{b.host}:{b.port}" for broker_id, b in metadata.brokers.items()}
+    assert sorted(advertised.values()) == sorted(node_stack.kafka_bootstrap.split(","))
+    assert sorted(advertised) == [1, 2, 3]
 
 
 def test_the_hosts_network_is_untouched(node_stack: NodeStack) -> None:
@@ -548,7 +554,8 @@ def test_client_pods_are_attributed_to_their_own_pod_and_workload(node_stack: No
     assert node_stack.kct_image is not None  # operator_release checked it
     run = uuid.uuid4().hex[:6]
     pods = ClientPods(namespace=telemetry.namespace, name=f"shop-{run}", bootstrap=node_stack.kafka_pod_bootstrap,
-                      topic=create_topic(node_stack.kafka_bootstrap, partitions=1, prefix="kct-node-clients"),
+                      topic=create_topic(node_stack.kafka_bootstrap, partitions=1, prefix="kct-node-clients",
+                                         replication=NODE_REPLICATION),
                       librdkafka_image=node_stack.kct_image, java_image=java_image(node_stack))
     reader = Consumer({"bootstrap.servers": node_stack.kafka_bootstrap, "group.id": f"kct-node-pods-{run}",
                        "auto.offset.reset": "earliest", "enable.metrics.push": False})
@@ -595,3 +602,72 @@ def test_client_pods_are_attributed_to_their_own_pod_and_workload(node_stack: No
         lag = (min(p.received_ms for p in pushes[pod.name]) - pod.created_ms) / 1000
         print(f"attribution lag {pod.workload} {pod.name}: pod created -> first push attributed {lag:.1f} s "
               f"({len(pushes[pod.name])} pushes, all attributed)")
+
+
+
+def test_the_receivers_topic_has_three_replicas_in_sync_and_pods_push_through_every_pod_listener(
+        node_stack: NodeStack, telemetry: Telemetry) -> None:
+    """Given the node stack's three brokers, each with the plugin, and the TelemetryReceiver the plugins post to,
+    asking for replicationFactor 3 and minInsyncReplicas 2
+    When its topic is described, and a librdkafka producer pod per broker, bootstrapped from that broker's pod
+    address alone, pushes
+    Then the topic's partition has a replica on each broker, all three in sync, min.insync.replicas 2 on the
+    broker and in the resource's status; and every pod's pushes reach the topic, each record naming one of the
+    three brokers as the one whose plugin forwarded it (broker_id). Which broker a librdkafka client pushes
+    through is its own choice: eight pods given the list of all three all chose one, and these three pods chose
+    one broker in one run and two in another, so the test does not require several."""
+    assert node_stack.kct_image is not None  # operator_release checked it
+    admin = AdminClient({"bootstrap.servers": node_stack.kafka_bootstrap})
+
+    def in_sync() -> Any:
+        partitions = admin.list_topics(topic=telemetry.topic, timeout=30).topics[telemetry.topic].partitions
+        return partitions if all(sorted(p.isrs) == [1, 2, 3] for p in partitions.values()) else None
+
+    partitions = eventually(in_sync, timeout=60, interval=1, what=f"every replica of {telemetry.topic} in sync")
+    resource = ConfigResource(ResourceType.TOPIC, telemetry.topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    status = node_stack.get("telemetryreceiver", "telemetry", "-n", telemetry.namespace)["status"]["topic"]
+
+    assert [sorted(p.replicas) for p in partitions.values()] == [[1, 2, 3]]
+    assert configs["min.insync.replicas"].value == str(NODE_MIN_INSYNC_REPLICAS)
+    assert (status["replicationFactor"], status["minInsyncReplicas"], status["brokers"]) == (
+        NODE_REPLICATION, NODE_MIN_INSYNC_REPLICAS, 3)
+
+    run = uuid.uuid4().hex[:6]
+    topic = create_topic(node_stack.kafka_bootstrap, partitions=3, prefix="kct-node-spread",
+                         replication=NODE_REPLICATION)
+    # Producers only: no consumer pod runs, so the Java image is never started.
+    groups = [ClientPods(namespace=telemetry.namespace, name=f"spread-{run}-{i}", bootstrap=address, topic=topic,
+                         librdkafka_image=node_stack.kct_image, java_image=node_stack.kct_image,
+                         producer_replicas=1, consumer_replicas=0, rate_per_s=2.0)
+              for i, address in enumerate(node_stack.kafka_pod_bootstrap.split(","))]
+    reader = Consumer({"bootstrap.servers": node_stack.kafka_bootstrap, "group.id": f"kct-node-spread-{run}",
+                       "auto.offset.reset": "earliest", "enable.metrics.push": False})
+    reader.subscribe([telemetry.topic])
+    brokers_of: dict[str, set[str]] = defaultdict(set)  # client id (the pod's name) -> broker ids it pushed through
+
+    def every_pod_pushed() -> set[str] | None:
+        for message in reader.consume(num_messages=500, timeout=0.5):
+            if message.error() is None and (_header(message, "client_id") or "").startswith(f"spread-{run}-"):
+                brokers_of[_header(message, "client_id") or ""].add(_header(message, "broker_id") or "")
+        pushed = {client.split("-producer-")[0] for client in brokers_of}
+        return {broker for through in brokers_of.values() for broker in through} \
+            if pushed == {group.name for group in groups} else None
+
+    subscription = {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000",
+                    "match": f"client_id=spread-{run}-.*"}
+    # One ConfigMap of the clients' code for the three groups (each renders the same one).
+    objects = render_client_pods(groups[0]) + [o for g in groups[1:] for o in render_client_pods(g)
+                                               if o["kind"] != "ConfigMap"]
+    try:
+        with client_metrics_subscription(node_stack.kafka_bootstrap, f"kct-node-spread-{run}", subscription):
+            node_stack.kubectl("apply", "-f", "-", stdin=json.dumps(as_list(objects)))
+            brokers = eventually(every_pod_pushed, timeout=240, interval=1,
+                                 what=f"pushes of each of spread-{run}'s pods on the topic")
+    finally:
+        node_stack.kubectl("delete", "-f", "-", "--wait=false", stdin=json.dumps(as_list(objects)), check=False)
+        reader.close()
+
+    assert brokers <= {"1", "2", "3"}, brokers
+    chosen = {client: sorted(through) for client, through in sorted(brokers_of.items())}
+    print(f"brokers the producer pods pushed through: {chosen}")

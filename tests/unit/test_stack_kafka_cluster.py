@@ -81,3 +81,17 @@ def test_metadata_v4_gives_brokers_controller_and_under_replicated_partitions() 
     assert (seen.brokers, seen.controller) == ((1, 3), 3)
     assert [(p.topic, p.partition, p.leader) for p in seen.partitions] == [("t", 0, 1), ("t", 1, 3)]
     assert seen.under_replicated() == (kafka_cluster.PartitionState("t", 1, 3, (3, 1), (1,)),)
+
+
+def test_the_cluster_id_is_made_once_per_state_directory(tmp_path: Path) -> None:
+    """Given a state directory, When its cluster id is asked for twice, Then it is the same Kafka Uuid (a node
+    formatted again joins the same cluster), and another directory gets another one."""
+    first = kafka_cluster.cluster_id(tmp_path / "a")
+    assert kafka_cluster.cluster_id(tmp_path / "a") == first and len(first) == 22
+    assert kafka_cluster.cluster_id(tmp_path / "b") != first
+
+
+def test_a_cluster_without_secured_listeners_names_only_its_plaintext_bootstrap(tmp_path: Path) -> None:
+    """Given the loopback test cluster (no secured listeners), Then its env is the bootstrap list alone."""
+    assert kafka_cluster.Cluster(tmp_path, NODES, "http://e", "id").env() == {
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:30001,127.0.0.1:30002,127.0.0.1:30003"}

@@ -14,12 +14,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "stack"))
 import kafka_broker
+import kafka_cluster
+import kafka_security
 import node
 import node_images
 import pytest
 import stack
 
 PATHS = node.NodePaths(Path("/srv/kct/build/node-stack"))
+
+
+def _props(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
 
 
 def _members(archive: bytes) -> dict[str, bytes]:
@@ -150,3 +156,74 @@ def test_the_node_stacks_plugin_trusts_the_receiver_ca_file_over_https(monkeypat
         in with_ca.splitlines()
     assert "tls.ca.file" not in without
     assert stack._node_receiver_ca_file().name == "receiver-ca.pem"
+
+
+def _node_cluster(state: Path = Path("/state"), *, secured: bool = True) -> kafka_cluster.Cluster:
+    security = kafka_security.KafkaSecurity(Path("/state/kafka-security")) if secured else None
+    return stack.node_kafka_cluster(state, security, "cid", first_port=29092, telemetry_endpoint="https://r/v1/metrics",
+                                    token_file=Path("/state/telemetry-token"),
+                                    plugin_ca_file=Path("/state/receiver-ca.pem"))
+
+
+def test_the_node_stacks_kafka_is_three_nodes_each_on_ports_of_its_own() -> None:
+    """Given the node stack's first Kafka port 29092
+    When its cluster is described
+    Then it is three combined nodes, ids 1..3, 10 ports apart on loopback (PLAINTEXT, controller, SASL_SSL, mTLS)
+    and on the node's address for pods (PLAINTEXT, SASL_SSL), voting in one quorum; no port is used twice."""
+    cluster = _node_cluster()
+
+    assert [(n.node_id, n.port, n.controller_port) for n in cluster.nodes] == [
+        (1, 29092, 29093), (2, 29102, 29103), (3, 29112, 29113)]
+    assert [n.pod_listener for n in cluster.nodes] == ["10.250.0.2:19094", "10.250.0.2:19104", "10.250.0.2:19114"]
+    secure = [n.secure for n in cluster.nodes]
+    assert [(s.sasl_ssl_port, s.ssl_port, s.pod_sasl_ssl_listener) for s in secure if s is not None] == [
+        (29094, 29095, "10.250.0.2:19095"), (29104, 29105, "10.250.0.2:19105"), (29114, 29115, "10.250.0.2:19115")]
+    loopback = [p for n, s in zip(cluster.nodes, secure, strict=True) if s is not None
+                for p in (n.port, n.controller_port, s.sasl_ssl_port, s.ssl_port)]
+    assert len(set(loopback)) == len(loopback) == 12
+    assert cluster.replication == 3 and cluster.jvm == stack.NODE_KAFKA_JVM
+
+
+def test_every_node_advertises_its_own_loopback_and_pod_addresses_with_the_plugin(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the node stack's cluster
+    When node 2's server.properties is written
+    Then it listens and advertises its own addresses only (loopback for host clients through the forwarder, the
+    node's address for pods, secured listeners beside them), joins the quorum of all three with replication 3,
+    and its plugin posts with the stack's token and trusts the receivers' CA file, as on every node."""
+    monkeypatch.setattr(kafka_broker, "plugin_jar", lambda: Path("/plugin.jar"))  # the jar's build is not the point
+    cluster = _node_cluster()
+    props = {i: _props(kafka_cluster.configuration(cluster, i)) for i in (1, 2, 3)}
+
+    assert props[2]["advertised.listeners"] == (
+        "PLAINTEXT://127.0.0.1:29102,PODS://10.250.0.2:19104,SASL_SSL://127.0.0.1:29104,SSL://127.0.0.1:29105,"
+        "PODS_SASL://10.250.0.2:19105")
+    assert props[2]["listeners"].startswith("PLAINTEXT://127.0.0.1:29102,CONTROLLER://127.0.0.1:29103,")
+    assert props[2]["controller.quorum.voters"] == "1@127.0.0.1:29093,2@127.0.0.1:29103,3@127.0.0.1:29113"
+    assert (props[2]["default.replication.factor"], props[2]["min.insync.replicas"]) == ("3", "2")
+    for node_props in props.values():
+        assert node_props["kct.telemetry.endpoint"] == "https://r/v1/metrics"
+        assert node_props["kct.telemetry.token.file"] == "/state/telemetry-token"
+        assert node_props["kct.telemetry.tls.ca.file"] == "/state/receiver-ca.pem"
+        assert node_props["metric.reporters"] == kafka_broker.PLUGIN_CLASS
+
+
+def test_the_node_stacks_env_lists_every_broker_for_the_host_and_for_pods() -> None:
+    """Given the node stack's cluster, Then build/node-stack.env's bootstrap lists name all three brokers, by
+    listener: loopback (the forwarder's ports) for the host, the node's address for pods."""
+    env = stack.node_kafka_env(_node_cluster())
+
+    assert env["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:29092,127.0.0.1:29102,127.0.0.1:29112"
+    assert env["KAFKA_SASL_SSL_BOOTSTRAP_SERVERS"] == "127.0.0.1:29094,127.0.0.1:29104,127.0.0.1:29114"
+    assert env["KAFKA_SSL_BOOTSTRAP_SERVERS"] == "127.0.0.1:29095,127.0.0.1:29105,127.0.0.1:29115"
+    assert env["KCT_NODE_KAFKA_POD_BOOTSTRAP"] == "10.250.0.2:19094,10.250.0.2:19104,10.250.0.2:19114"
+    assert env["KCT_NODE_KAFKA_POD_SASL_SSL_BOOTSTRAP"] == "10.250.0.2:19095,10.250.0.2:19105,10.250.0.2:19115"
+    assert env["KCT_KAFKA_CA_FILE"] == "/state/kafka-security/ca.crt"
+
+
+def test_the_forwarder_serves_every_brokers_host_ports() -> None:
+    """Given the node stack's cluster, Then the forwarder serves each broker's PLAINTEXT, SASL_SSL and mTLS port
+    (not the controllers': only brokers talk to them, inside the namespace)."""
+    assert stack.node_kafka_host_ports(_node_cluster()) == [29092, 29094, 29095, 29102, 29104, 29105,
+                                                            29112, 29114, 29115]
+    assert stack.node_kafka_host_ports(_node_cluster(secured=False)) == [29092, 29102, 29112]
