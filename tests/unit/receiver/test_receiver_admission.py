@@ -26,7 +26,7 @@ def admission(*, places: int = 1, queued: int = 8, wait_s: float = 10.0, clock: 
 async def _settle() -> None:
     """Let every task that can run do so (the waiters reach their `await`, the granted ones resume)."""
     for _ in range(5):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # duration: none; one turn of the loop, so every runnable task takes a step
 
 
 async def test_places_are_taken_at_once_while_free() -> None:
