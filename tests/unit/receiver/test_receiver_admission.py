@@ -4,8 +4,10 @@ with Retry-After, and counters that stay true whatever happens to a waiting push
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
+from waiting import eventually_async
 
 from kct.receiver.admission import Admission
 from kct.receiver.errors import Unavailable
@@ -23,10 +25,9 @@ def admission(*, places: int = 1, queued: int = 8, wait_s: float = 10.0, clock: 
     return Admission(places, 1 << 20, 3, max_queue_wait_s=wait_s, max_queued=queued, clock=clock or Clock())
 
 
-async def _settle() -> None:
-    """Let every task that can run do so (the waiters reach their `await`, the granted ones resume)."""
-    for _ in range(5):
-        await asyncio.sleep(0)  # duration: none; one turn of the loop, so every runnable task takes a step
+async def _until(check: Callable[[], bool], what: str) -> None:
+    """Wait for the tasks under test to reach the state `check` sees (a waiter queued, a place granted)."""
+    await eventually_async(check, timeout=5, interval=0.001, what=what)
 
 
 async def test_places_are_taken_at_once_while_free() -> None:
@@ -53,11 +54,12 @@ async def test_waiting_pushes_get_places_in_arrival_order() -> None:
     tasks = []
     for n in range(3):
         tasks.append(asyncio.create_task(push(n)))
-        await _settle()
+        await _until(lambda: adm.queued == n + 1, f"push {n} queued")  # noqa: B023 (awaited here)
     assert (adm.requests, adm.queued, admitted) == (1, 3, [])
     for expected in ([0], [0, 1], [0, 1, 2]):
         adm.leave()
-        await _settle()
+        wanted = len(expected)
+        await _until(lambda: len(admitted) == wanted, f"{wanted} pushes admitted")  # noqa: B023 (awaited here)
         assert admitted == expected
     await asyncio.gather(*tasks)
     assert (adm.requests, adm.queued) == (1, 0)
@@ -69,7 +71,7 @@ async def test_a_full_queue_refuses_at_once_with_503_and_retry_after() -> None:
     adm = admission(places=1, queued=2)
     await adm.enter()
     waiters = [asyncio.create_task(adm.enter()) for _ in range(2)]
-    await _settle()
+    await _until(lambda: adm.queued == 2, "both waiters queued")
     with pytest.raises(Unavailable) as refused:
         await adm.enter()
     assert (refused.value.status, refused.value.reason, refused.value.retry_after_s) == (503, "queue_full", 3)
@@ -113,13 +115,13 @@ async def test_a_cancelled_waiter_gives_up_its_turn_and_a_granted_then_cancelled
     adm = admission(places=1)
     await adm.enter()
     first, second, third = (asyncio.create_task(adm.enter()) for _ in range(3))
-    await _settle()
+    await _until(lambda: adm.queued == 3, "three waiters queued")
     first.cancel()
-    await _settle()
+    await _until(first.done, "the first waiter cancelled")
     assert (adm.requests, adm.queued) == (1, 2)
     adm.leave()  # the place goes to `second` ...
     second.cancel()  # ... cancelled before it resumed: it hands the place to `third`
-    await _settle()
+    await _until(second.done, "the second waiter cancelled")
     assert second.cancelled() and first.cancelled()
     await third
     assert (adm.requests, adm.queued) == (1, 0)
