@@ -43,7 +43,7 @@ from kct.receiver.errors import (
     Unauthorized,
     Unavailable,
 )
-from kct.receiver.ingest import Answer, ConnectionBudget, LeanIngestProtocol
+from kct.receiver.ingest import Answer, ConnectionBudget, ConnectionDeadlines, LeanIngestProtocol
 from kct.receiver.pipeline import Pipeline, Push
 from kct.receiver.sink import Sink
 from kct.receiver.telemetry import CONTENT_TYPE_LATEST, Telemetry
@@ -82,7 +82,8 @@ class ReceiverServer:
         self.draining = False
         self._runner: web.AppRunner | None = None
         self._lean_server: asyncio.Server | None = None
-        self._lean_connections: set[LeanIngestProtocol] = set()
+        self.connection_deadlines = ConnectionDeadlines(config)
+        self._lean_connections = self.connection_deadlines.connections
         self.connection_budget = ConnectionBudget()
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
@@ -314,11 +315,12 @@ class ReceiverServer:
         """Listen with the lean ingest protocol in front of aiohttp's request handler (ingest.py)."""
         assert self._runner is not None and self._runner.server is not None
         cfg = self.config
-        factory, connections, budget = self._runner.server, self._lean_connections, self.connection_budget
+        factory, deadlines, budget = self._runner.server, self.connection_deadlines, self.connection_budget
         # aiohttp logs what it serves (runner_kwargs above); the pushes answered here log themselves.
         access_log = PushAccessLog() if cfg.logging.access_log else None
+        self._tasks.append(asyncio.create_task(deadlines.run(), name="kct-connection-deadlines"))
         return await asyncio.get_running_loop().create_server(
-            lambda: LeanIngestProtocol(self, factory, connections, budget, access_log),
+            lambda: LeanIngestProtocol(self, factory, deadlines, budget, access_log),
             cfg.listen.host,
             cfg.listen.port,
             ssl=ssl_context,
@@ -333,6 +335,7 @@ class ReceiverServer:
         self._lean_server.close()
         deadline = time.monotonic() + self.config.shutdown.drain_timeout_ms / 1000.0
         while self._lean_connections and time.monotonic() < deadline:
+            self.connection_deadlines.sweep(time.monotonic())  # its task is cancelled; the timeouts still hold
             for protocol in list(self._lean_connections):
                 if protocol.idle:
                     protocol.close()

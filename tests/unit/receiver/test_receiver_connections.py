@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 from conftest import PROTOBUF, TOKEN, Receiver, ReceiverFactory, base_config, make_request
 from waiting import eventually_async
+
+from kct.receiver.ingest import ConnectionDeadlines
 
 VALID = make_request().SerializeToString()
 ANSWER_DEADLINE_S = 10.0  # an answer that should come at once (or after a sub-second timeout), on a busy machine
@@ -181,3 +184,32 @@ async def test_unfinished_requests_over_the_buffered_bytes_cap_are_refused(make_
     first.close()
     await eventually_async(lambda: budget.buffered == 0, timeout=ANSWER_DEADLINE_S, interval=0.01,
                            what="a closed connection to give its buffered bytes back")
+
+
+async def test_a_timeout_fires_at_the_sweep_after_its_deadline_never_before(make_receiver: ReceiverFactory) -> None:
+    """Given headerTimeoutMs 10000 and a sender that wrote part of a head, when the deadlines are swept at
+    nine seconds from now, then the connection is left alone; when swept past ten seconds, then 408 comes
+    back. The sweep runs every quarter of the shortest timeout, within [50 ms, 1 s]."""
+    receiver = await make_receiver(base_config(connections=_connections(headerTimeoutMs=10_000)))
+    deadlines = receiver.server.connection_deadlines
+    assert deadlines.interval == 0.5  # the 2 s linger is the shortest wait here
+    reader, writer = await asyncio.open_connection("127.0.0.1", receiver.server.port)
+    writer.write(_head(10)[:20])
+    await writer.drain()
+    await eventually_async(lambda: receiver.server.connection_budget.buffered == 20, timeout=ANSWER_DEADLINE_S,
+                           interval=0.01, what="the partial head buffered")
+    written = time.monotonic()
+    assert deadlines.sweep(written + 9.0) == 0
+    assert deadlines.sweep(written + 10.5) == 1
+    status, _ = await _answer_then_eof(reader)
+    writer.close()
+    assert status == 408
+
+
+def test_the_sweep_interval_is_a_quarter_of_the_shortest_timeout_within_bounds() -> None:
+    def interval(**settings: int) -> float:
+        return ConnectionDeadlines(base_config(connections=_connections(**settings))).interval
+
+    assert interval(headerTimeoutMs=1_000) == 0.25
+    assert interval(bodyTimeoutMs=10) == 0.05
+    assert interval() == 0.5
