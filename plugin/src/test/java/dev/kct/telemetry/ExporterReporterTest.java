@@ -37,7 +37,7 @@ class ExporterReporterTest {
             // When the broker hands it a terminating push
             reporter.clientTelemetryExporter().exportMetrics(context, ReporterTest.payload(Uuid.randomUuid(), true, new byte[] {1, 2}));
             // Then the endpoint gets it with interval, broker id, client id and the terminating flag
-            assertTrue(Waits.until(() -> endpoint.received.size() == 1, 5_000));
+            assertTrue(Waits.until(() -> endpoint.received.size() == 1, Waits.EVENT_MS));
             Map<String, String> h = endpoint.received.get(0).headers();
             assertEquals("1000", h.get("kct-push-interval-ms"));
             assertEquals("3", h.get("kct-broker-id"));

@@ -45,7 +45,7 @@ class ForwarderTest {
             // When one push is offered
             assertTrue(f.offer(Map.of("kct-client-id", "producer-1"), payload("otlp-bytes")));
             // Then it arrives as-is with the labels, the protobuf content type and the bearer token
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
             TestEndpoint.Received got = endpoint.received.get(0);
             assertArrayEquals("otlp-bytes".getBytes(StandardCharsets.UTF_8), got.body());
             assertEquals("application/x-protobuf", got.headers().get("content-type"));
@@ -74,7 +74,7 @@ class ForwarderTest {
         }); Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.QUEUE_CAPACITY, "2",
                 ForwarderConfig.SENDER_THREADS, "1"))) {
             assertTrue(f.offer(Map.of(), payload("first")));
-            assertTrue(Waits.until(() -> endpoint.received.size() == 1, 5_000), "sender is busy with 'first'");
+            assertTrue(Waits.until(() -> endpoint.received.size() == 1, Waits.EVENT_MS), "sender is busy with 'first'");
             // When ten more pushes of the same client are offered
             long started = System.nanoTime();
             for (int i = 0; i < 10; i++) {
@@ -88,7 +88,7 @@ class ForwarderTest {
             assertEquals(1.0, f.metrics().value("queue-depth"));
             // and the newest is the one delivered after the first
             release.countDown();
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 2.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 2.0, Waits.EVENT_MS));
             assertEquals("push-9", new String(endpoint.received.get(1).body(), StandardCharsets.UTF_8));
             assertEquals(0.0, f.metrics().value("queue-depth"));
         }
@@ -111,7 +111,7 @@ class ForwarderTest {
             long tookMs = (System.nanoTime() - started) / 1_000_000;
             // Then offering returned at once, each push is retried then counted as failed, none forwarded
             assertTrue(tookMs < 200, "offer must not block, took " + tookMs + " ms");
-            assertTrue(Waits.until(() -> f.metrics().value("failed-total") == 5.0, 10_000),
+            assertTrue(Waits.until(() -> f.metrics().value("failed-total") == 5.0, Waits.EVENT_MS),
                 "failed-total=" + f.metrics().value("failed-total"));
             assertEquals(10.0, f.metrics().value("retries-total"));
             assertEquals(0.0, f.metrics().value("forwarded-total"));
@@ -128,7 +128,7 @@ class ForwarderTest {
             // When one push is offered
             assertTrue(f.offer(Map.of(), payload("x")));
             // Then it is delivered on the second attempt, no sooner than one second after the first
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
             assertEquals(2, endpoint.received.size());
             long gapMs = (endpoint.received.get(1).nanos() - endpoint.received.get(0).nanos()) / 1_000_000;
             assertTrue(gapMs >= 950, "retried after " + gapMs + " ms, Retry-After asked 1000");
@@ -148,7 +148,7 @@ class ForwarderTest {
              Forwarder f = forwarder(endpoint.url(), Map.of())) {
             assertTrue(f.offer(Map.of(), payload("x")));
             // Then the retry waits for that date (HTTP-dates have 1 s resolution, so at least ~1 s)
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 8_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
             long gapMs = (endpoint.received.get(1).nanos() - endpoint.received.get(0).nanos()) / 1_000_000;
             assertTrue(gapMs >= 1_000, "retried after " + gapMs + " ms");
         }
@@ -177,7 +177,7 @@ class ForwarderTest {
             return TestEndpoint.Answer.ok();
         }); Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.SENDER_THREADS, "1"))) {
             assertTrue(f.offer(client("a"), payload("a-first")));
-            assertTrue(Waits.until(() -> endpoint.received.size() == 1, 5_000));
+            assertTrue(Waits.until(() -> endpoint.received.size() == 1, Waits.EVENT_MS));
             for (int i = 0; i < 200; i++) {
                 f.offer(client("a"), payload("a-" + i));
             }
@@ -185,7 +185,7 @@ class ForwarderTest {
             f.offer(client("b"), payload("b-0"));
             release.countDown();
             // Then b's push is the next one sent, ahead of a's backlog, and a's newest follows
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 202.0, 10_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 202.0, Waits.EVENT_MS));
             assertEquals("b-0", body(endpoint.received.get(1)));
             assertEquals("a-199", body(endpoint.received.get(2)));
         }
@@ -200,16 +200,16 @@ class ForwarderTest {
              Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.QUEUE_MAX_AGE_MS, "300"))) {
             // When five clients push while the queue is paused for that second
             assertTrue(f.offer(client("probe"), payload("probe")));
-            assertTrue(Waits.until(() -> f.metrics().value("endpoint-paused") == 1.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("endpoint-paused") == 1.0, Waits.EVENT_MS));
             for (int i = 0; i < 5; i++) {
                 assertTrue(f.offer(client("c" + i), payload("old-" + i)));
             }
             // Then they are dropped as expired (not sent late), the probe went too, and
-            assertTrue(Waits.until(() -> f.metrics().value("dropped-expired-total") == 6.0, 5_000),
+            assertTrue(Waits.until(() -> f.metrics().value("dropped-expired-total") == 6.0, Waits.EVENT_MS),
                 "dropped-expired-total=" + f.metrics().value("dropped-expired-total"));
             // a fresh push after the pause is delivered at once
             assertTrue(f.offer(client("c0"), payload("fresh")));
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
             assertEquals(2, endpoint.received.size());
             assertEquals("fresh", body(endpoint.received.get(1)));
             assertEquals(6.0, f.metrics().value("dropped-total"));
@@ -232,13 +232,13 @@ class ForwarderTest {
             return new TestEndpoint.Answer(429, Map.of("Retry-After", "1"));
         }); Forwarder f = forwarder(endpoint.url(), Map.of())) {
             assertTrue(f.offer(client("a"), payload("a-old")));
-            assertTrue(Waits.until(() -> endpoint.received.size() == 1, 5_000));
+            assertTrue(Waits.until(() -> endpoint.received.size() == 1, Waits.EVENT_MS));
             // When a pushes again and b pushes while a's first push is in flight, and then the 429 comes
             assertTrue(f.offer(client("a"), payload("a-new")));
             assertTrue(f.offer(client("b"), payload("b-0")));
             answer.countDown();
             // Then b is delivered at once, a's refused push is dropped as superseded by its newer one,
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 2.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 2.0, Waits.EVENT_MS));
             assertEquals("b-0", body(endpoint.received.get(1)));
             assertEquals(1.0, f.metrics().value("dropped-superseded-total"));
             // and a's newer push is sent only after the second the endpoint asked for
@@ -260,12 +260,12 @@ class ForwarderTest {
              Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.SENDER_THREADS, "4"))) {
             // When one push meets the 503 and ten clients push during the pause
             assertTrue(f.offer(client("first"), payload("first")));
-            assertTrue(Waits.until(() -> f.metrics().value("endpoint-paused") == 1.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("endpoint-paused") == 1.0, Waits.EVENT_MS));
             for (int i = 0; i < 10; i++) {
                 assertTrue(f.offer(client("c" + i), payload("c-" + i)));
             }
             // Then nothing is sent for that second, after which all eleven are delivered and the pause ends
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 11.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 11.0, Waits.EVENT_MS));
             long gapMs = (endpoint.received.get(1).nanos() - endpoint.received.get(0).nanos()) / 1_000_000;
             assertTrue(gapMs >= 950, "next request after " + gapMs + " ms, Retry-After asked 1000");
             assertEquals(12, endpoint.received.size());
@@ -316,7 +316,7 @@ class ForwarderTest {
                     ? TestEndpoint.Answer.ok() : new TestEndpoint.Answer(401, Map.of()));
              Forwarder f = forwarder(endpoint.url(), Map.of(ForwarderConfig.TOKEN_FILE, tokenFile.toString()))) {
             assertTrue(f.offer(client("a"), payload("one")));
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
             // When the token is rotated on both sides, the file keeping its modification time
             java.nio.file.attribute.FileTime mtime = Files.getLastModifiedTime(tokenFile);
             accepted.set("Bearer new");
@@ -324,7 +324,7 @@ class ForwarderTest {
             Files.setLastModifiedTime(tokenFile, mtime);
             assertTrue(f.offer(client("a"), payload("two")));
             // Then the push meets a 401, the plugin re-reads the file and the same push goes through at once
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 2.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 2.0, Waits.EVENT_MS));
             assertEquals(3, endpoint.received.size());
             assertEquals("Bearer old", endpoint.received.get(1).headers().get("authorization"));
             assertEquals("Bearer new", endpoint.received.get(2).headers().get("authorization"));
@@ -346,7 +346,7 @@ class ForwarderTest {
             // When a push is offered
             assertTrue(f.offer(client("a"), payload("x")));
             // Then the re-read finds the same token, so the queue pauses and the push is delivered afterwards
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
             assertEquals(1.0, f.metrics().value("token-reloads-total"));
             assertEquals(2.0, f.metrics().value("endpoint-unavailable-total"));
             assertEquals(0.0, f.metrics().value("failed-total"));
@@ -366,7 +366,7 @@ class ForwarderTest {
             // When a push is offered
             assertTrue(f.offer(client("a"), payload("x")));
             // Then it waits out the 401s without spending its retries and is delivered, not failed
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 15_000),
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS),
                 "forwarded-total=" + f.metrics().value("forwarded-total"));
             assertEquals(7, endpoint.received.size());
             assertEquals(0.0, f.metrics().value("failed-total"));
@@ -380,7 +380,7 @@ class ForwarderTest {
              Forwarder f = forwarder(endpoint.url(), Map.of())) {
             assertTrue(f.offer(Map.of(), payload("x")));
             // Then it fails once, without retries
-            assertTrue(Waits.until(() -> f.metrics().value("failed-total") == 1.0, 5_000));
+            assertTrue(Waits.until(() -> f.metrics().value("failed-total") == 1.0, Waits.EVENT_MS));
             assertEquals(1, endpoint.received.size());
             assertEquals(0.0, f.metrics().value("retries-total"));
         }

@@ -90,7 +90,7 @@ class MutualTlsTest {
                     ForwarderConfig.TLS_CERT_FILE, cert.toString(), ForwarderConfig.TLS_KEY_FILE, key.toString()))) {
                 with.offer(Map.of("kct-client-instance-id", "a"), payload("with-cert"));
                 // Then the push arrives with the certificate's subject
-                assertTrue(Waits.until(() -> with.metrics().value("forwarded-total") == 1.0, 10_000));
+                assertTrue(Waits.until(() -> with.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
                 assertEquals(1, endpoint.countFrom("CN=client-1"));
             }
             // When a forwarder that trusts the endpoint but has no client certificate pushes
@@ -98,7 +98,7 @@ class MutualTlsTest {
                     ForwarderConfig.RETRIES_MAX, "1"))) {
                 without.offer(Map.of("kct-client-instance-id", "b"), payload("without-cert"));
                 // Then the handshake is refused: the push fails after its retries and never arrives
-                assertTrue(Waits.until(() -> without.metrics().value("failed-total") == 1.0, 10_000));
+                assertTrue(Waits.until(() -> without.metrics().value("failed-total") == 1.0, Waits.EVENT_MS));
                 assertTrue(without.metrics().value("endpoint-unavailable-total") >= 2.0);
                 assertEquals(0.0, without.metrics().value("forwarded-total"));
                 assertEquals(1, endpoint.received.size());
@@ -120,7 +120,7 @@ class MutualTlsTest {
             // When it pushes
             f.offer(Map.of("kct-client-instance-id", "a"), payload("keystore"));
             // Then the push arrives with the keystore's certificate
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 10_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
             assertEquals(1, endpoint.countFrom("CN=client-2"));
         }
     }
@@ -148,33 +148,33 @@ class MutualTlsTest {
             }, "test-producer");
             producer.start();
             try {
-                assertTrue(Waits.until(() -> endpoint.countFrom("CN=client-1") >= 20, 20_000));
+                assertTrue(Waits.until(() -> endpoint.countFrom("CN=client-1") >= 20, Waits.EVENT_MS));
                 // When the CA file becomes the bundle A+B (overlap), and then the endpoint moves to server-b (CA B)
                 double reloads = f.metrics().value("tls-reloads-total");
                 TestCertificates.replace(ca, Files.readString(caA.certPem()) + Files.readString(caB.certPem()));
-                assertTrue(Waits.until(() -> f.metrics().value("tls-reloads-total") > reloads, 10_000));
+                assertTrue(Waits.until(() -> f.metrics().value("tls-reloads-total") > reloads, Waits.EVENT_MS));
                 endpoint.serve(serverB);
                 // and the client certificate is rotated to client-2 (EC, SEC1 PEM): key first, then certificate
                 double reloads2 = f.metrics().value("tls-reloads-total");
                 TestCertificates.replace(key, TestCertificates.traditionalPem(client2.key()));
                 TestCertificates.replace(cert, chain(client2));
                 // Then new connections present client-2
-                assertTrue(Waits.until(() -> f.metrics().value("tls-reloads-total") > reloads2, 10_000));
-                assertTrue(Waits.until(() -> endpoint.countFrom("CN=client-2") >= 20, 20_000));
+                assertTrue(Waits.until(() -> f.metrics().value("tls-reloads-total") > reloads2, Waits.EVENT_MS));
+                assertTrue(Waits.until(() -> endpoint.countFrom("CN=client-2") >= 20, Waits.EVENT_MS));
                 // When CA A leaves the CA file
                 double reloads3 = f.metrics().value("tls-reloads-total");
                 TestCertificates.replace(ca, Files.readString(caB.certPem()));
-                assertTrue(Waits.until(() -> f.metrics().value("tls-reloads-total") > reloads3, 10_000));
+                assertTrue(Waits.until(() -> f.metrics().value("tls-reloads-total") > reloads3, Waits.EVENT_MS));
                 long before = endpoint.received.size();
                 // Then pushes keep arriving (new connections verify server-b against CA B alone)
-                assertTrue(Waits.until(() -> endpoint.received.size() >= before + 20, 20_000));
+                assertTrue(Waits.until(() -> endpoint.received.size() >= before + 20, Waits.EVENT_MS));
             } finally {
                 stop.set(true);
                 producer.join();
             }
             // and every offered push was delivered exactly once: none dropped, none failed
             int total = offered.get();
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == total, 20_000),
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == total, Waits.EVENT_MS),
                 "forwarded " + f.metrics().value("forwarded-total") + " of " + total);
             assertEquals(0.0, f.metrics().value("dropped-total"));
             assertEquals(0.0, f.metrics().value("failed-total"));
@@ -201,12 +201,12 @@ class MutualTlsTest {
             for (int i = 0; i < 5; i++) {
                 f.offer(Map.of("kct-client-instance-id", "client-" + i), payload("push-" + i));
             }
-            assertTrue(Waits.until(() -> f.metrics().value("endpoint-unavailable-total") >= 2.0, 10_000));
+            assertTrue(Waits.until(() -> f.metrics().value("endpoint-unavailable-total") >= 2.0, Waits.EVENT_MS));
             assertEquals(0, endpoint.received.size());
             // When the CA file appears
             TestCertificates.replace(ca, Files.readString(caA.certPem()));
             // Then every queued push is delivered (at its next retry, <= 1 s)
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 5.0, 30_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 5.0, Waits.EVENT_MS));
             assertEquals(5, endpoint.received.size());
             assertEquals(0.0, f.metrics().value("failed-total"));
         }
@@ -223,17 +223,17 @@ class MutualTlsTest {
              Forwarder f = forwarder(first.url(), Map.of(ForwarderConfig.TLS_CA_FILE, ca.toString(),
                  ForwarderConfig.TLS_CERT_FILE, cert.toString(), ForwarderConfig.TLS_KEY_FILE, key.toString()))) {
             f.offer(Map.of("kct-client-instance-id", "a"), payload("before"));
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, 10_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 1.0, Waits.EVENT_MS));
             // When the CA file is overwritten with something that is not a certificate
             TestCertificates.replace(ca, "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n");
             // (the files are looked at when a push is sent and a check is due)
             f.offer(Map.of("kct-client-instance-id", "b"), payload("during"));
-            assertTrue(Waits.until(() -> f.metrics().value("tls-reload-errors-total") >= 1.0, 10_000));
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 2.0, 10_000));
+            assertTrue(Waits.until(() -> f.metrics().value("tls-reload-errors-total") >= 1.0, Waits.EVENT_MS));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 2.0, Waits.EVENT_MS));
             // Then a new connection (to another endpoint) still handshakes with the previous material
             f.reconfigure(URI.create(second.url()), null);
             f.offer(Map.of("kct-client-instance-id", "c"), payload("after"));
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 3.0, 10_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 3.0, Waits.EVENT_MS));
             assertEquals(1, second.countFrom("CN=client-1"));
             assertEquals(0.0, f.metrics().value("tls-reloads-total"));
         }
@@ -259,7 +259,7 @@ class MutualTlsTest {
             for (int i = 0; i < 3; i++) {
                 f.offer(Map.of("kct-client-instance-id", "client-" + i), payload("push-" + i));
             }
-            assertTrue(Waits.until(() -> f.metrics().value("endpoint-unavailable-total") >= 2.0, 10_000));
+            assertTrue(Waits.until(() -> f.metrics().value("endpoint-unavailable-total") >= 2.0, Waits.EVENT_MS));
             assertEquals(0, endpoint.received.size());
             // When a PKCS#12 truststore holding CA A replaces it
             java.security.KeyStore trust = java.security.KeyStore.getInstance("PKCS12");
@@ -272,7 +272,7 @@ class MutualTlsTest {
             Files.move(tmp, truststore, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
                 java.nio.file.StandardCopyOption.ATOMIC_MOVE);
             // Then every queued push is delivered with the keystore's certificate (at its next retry, <= 1 s)
-            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 3.0, 30_000));
+            assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == 3.0, Waits.EVENT_MS));
             assertEquals(3, endpoint.countFrom("CN=client-1"));
             assertEquals(0.0, f.metrics().value("failed-total"));
         }

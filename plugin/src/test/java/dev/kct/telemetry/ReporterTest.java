@@ -47,7 +47,7 @@ class ReporterTest {
                 ForwarderConfig.JMX_PREFIX, "kct.telemetry.receivertest"));
             reporter.clientReceiver().exportMetrics(PushLabelsTest.context("p"),
                 payload(Uuid.randomUuid(), false, new byte[] {9}));
-            assertTrue(Waits.until(() -> endpoint.received.size() == 1, 5_000));
+            assertTrue(Waits.until(() -> endpoint.received.size() == 1, Waits.EVENT_MS));
             Map<String, String> h = endpoint.received.get(0).headers();
             assertEquals("false", h.get("kct-terminating"));
             assertEquals("1", h.get("kct-broker-id"));
@@ -71,7 +71,7 @@ class ReporterTest {
             reporter.clientReceiver().exportMetrics(PushLabelsTest.context("z"), payload(Uuid.randomUuid(), false, zstd));
             reporter.clientReceiver().exportMetrics(PushLabelsTest.context("g"), payload(Uuid.randomUuid(), false, gzip));
             reporter.clientReceiver().exportMetrics(PushLabelsTest.context("o"), payload(Uuid.randomUuid(), false, otlp));
-            assertTrue(Waits.until(() -> endpoint.received.size() == 3, 5_000));
+            assertTrue(Waits.until(() -> endpoint.received.size() == 3, Waits.EVENT_MS));
             // Then the compressed ones go as they are, with Content-Encoding; the plain one without it
             Map<String, String> encodings = new java.util.HashMap<>();
             for (TestEndpoint.Received r : endpoint.received) {
