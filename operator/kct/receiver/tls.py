@@ -6,8 +6,9 @@ symlink swaps are not reliable, and inotify does not see through them) and, when
 pair into the same `SSLContext`: OpenSSL copies a context's certificate into each connection at its start, so
 new handshakes get the new certificate and open connections keep the one they began with. A pair that does not
 load (a key not matching its certificate half-way through a swap) is logged and retried on the next check; the
-old one keeps serving. A changed client CA bundle is added to the context's trust store (OpenSSL cannot remove
-a CA from a live store: a CA dropped from the bundle stays trusted until the process restarts).
+old one keeps serving (the pair is proven on a scratch context before the live one is touched). A changed
+client CA bundle is added to the context's trust store (OpenSSL cannot remove a CA from a live store: a CA
+dropped from the bundle stays trusted until the process restarts).
 
 Identity (the trust model, docs/security.md): with a client CA, a push's principal is the verified
 certificate's, its CN (or, without one, its first DNS SAN), and `allowedSubjects` restricts which CN or DNS SAN
@@ -19,7 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import ssl
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,16 +63,48 @@ def certificate_identity(cert: Any, allowed: tuple[str, ...] = ()) -> str | None
     return names[0] if names else None
 
 
-def _digest(*paths: str | None) -> str:
+def _read(path: str) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
+def _digest_of(*contents: bytes | None) -> str:
+    """As `_digest` of files holding `contents` (None: missing)."""
     digest = hashlib.sha256()
-    for path in paths:
-        if path is not None:
-            try:
-                digest.update(Path(path).read_bytes())
-            except OSError:
-                digest.update(b"<missing>")
+    for content in contents:
+        digest.update(b"<missing>" if content is None else content)
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+@contextmanager
+def _in_memory_files(*contents: bytes) -> Iterator[tuple[str, ...]]:
+    """Paths OpenSSL can open that hold `contents`: anonymous memory files (Linux), else a private temporary
+    directory."""
+    if hasattr(os, "memfd_create"):
+        fds = [os.memfd_create("kct-tls", os.MFD_CLOEXEC) for _ in contents]
+        try:
+            for fd, content in zip(fds, contents, strict=True):
+                with open(fd, "wb", closefd=False) as file:
+                    file.write(content)
+            yield tuple(f"/proc/self/fd/{fd}" for fd in fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    with tempfile.TemporaryDirectory(prefix="kct-tls-") as directory:
+        paths = []
+        for number, content in enumerate(contents):
+            path = Path(directory) / str(number)
+            path.write_bytes(content)
+            paths.append(str(path))
+        yield tuple(paths)
+
+
+def _digest(*paths: str | None) -> str:
+    return _digest_of(*(None if path is None else _read(path) for path in paths))
 
 
 class TlsReloader:
@@ -83,10 +120,11 @@ class TlsReloader:
     def reload_if_changed(self) -> bool:
         """Load what changed; True when the context now has new material."""
         tls, changed = self.tls, False
-        pair = _digest(tls.cert_file, tls.key_file)
+        cert, key = _read(tls.cert_file), _read(tls.key_file)
+        pair = _digest_of(cert, key)
         if pair != self._pair:
             try:
-                self.context.load_cert_chain(tls.cert_file, tls.key_file)
+                self._load_pair(cert, key)
             except (OSError, ssl.SSLError) as error:
                 # Half-way through a swap, or a broken Secret: keep serving the loaded pair, look again next time.
                 log.warning("TLS certificate not reloaded", extra={"certFile": tls.cert_file, "error": str(error)})
@@ -104,3 +142,15 @@ class TlsReloader:
                 log.info("client CA reloaded", extra={"clientCaFile": tls.client_ca_file})
         self.reloads += changed
         return changed
+
+    def _load_pair(self, cert: bytes | None, key: bytes | None) -> None:
+        """Load the pair into the live context only once it is proven to load. OpenSSL installs a certificate
+        before it reads the key, and a certificate whose key does not match drops the key it had: loading a
+        half-swapped pair straight into the live context left it with no key, and every handshake until the
+        next check was reset. So the bytes read once are loaded into a scratch context first, then, the same
+        bytes, into the live one (in memory files: the key never touches a disk)."""
+        if cert is None or key is None:
+            raise FileNotFoundError(self.tls.cert_file if cert is None else self.tls.key_file)
+        with _in_memory_files(cert, key) as (cert_path, key_path):
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+            self.context.load_cert_chain(cert_path, key_path)

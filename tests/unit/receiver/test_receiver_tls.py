@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import ssl
 from pathlib import Path
 
@@ -112,22 +113,33 @@ async def test_a_rotated_certificate_is_served_to_new_connections_without_restar
         assert resp.status == 200
 
 
+@pytest.mark.parametrize("staging", ["memory files", "temporary directory"])
 async def test_a_half_written_pair_keeps_the_old_certificate_until_the_pair_matches(
-    tmp_path: Path, make_receiver: ReceiverFactory
+    tmp_path: Path, make_receiver: ReceiverFactory, monkeypatch: pytest.MonkeyPatch, staging: str
 ) -> None:
     """Given a new certificate whose key has not been written yet, Then the check keeps the old pair (no
-    reload) and loads the new one once its key is there."""
+    reload) and new connections are still served the old certificate; once the key is there, the new one is
+    loaded and served. The pair is staged in memory files on Linux, else in a private temporary directory."""
+    if staging == "temporary directory":
+        monkeypatch.delattr(os, "memfd_create")
     ca = issue_ca(NOW, 10, "ca")
-    cert, key = write_pair(tmp_path, "tls", serving(ca))
+    old = serving(ca)
+    cert, key = write_pair(tmp_path, "tls", old)
     config = base_config(listen={"host": "127.0.0.1", "port": 0, "tls": {"certFile": str(cert), "keyFile": str(key)}})
     receiver = await make_receiver(config)
-    reloader = receiver.server.tls_reloader
-    assert reloader is not None
+    reloader, port = receiver.server.tls_reloader, receiver.server.port
+    assert reloader is not None and port is not None
     new = serving(ca)
     cert.write_text(new.cert_pem)
     assert not reloader.reload_if_changed()
+    assert (await served_certificate(port, client_context(ca))).serial_number == _serial(old)
     key.write_text(new.key_pem)
     assert reloader.reload_if_changed() and reloader.reloads == 1
+    assert (await served_certificate(port, client_context(ca))).serial_number == _serial(new)
+
+
+def _serial(pair: KeyPair) -> int:
+    return x509.load_pem_x509_certificate(pair.cert_pem.encode()).serial_number
 
 
 async def test_min_version_refuses_older_clients(tmp_path: Path, make_receiver: ReceiverFactory) -> None:
