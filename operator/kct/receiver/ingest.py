@@ -207,7 +207,6 @@ class LeanIngestProtocol(asyncio.Protocol):
         self._access_log = access_log
         self._aiohttp_factory = aiohttp_factory
         self._deadlines = deadlines
-        self._connections = deadlines.connections
         self._budget = budget
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
@@ -236,13 +235,13 @@ class LeanIngestProtocol(asyncio.Protocol):
             return
         budget.open += 1
         self._counted = True
-        self._connections.add(self)
+        self._deadlines.connections.add(self)
         self._peer = self._server.peer_principal(transport.get_extra_info("peercert"))
         self._arm("header")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self._connections.discard(self)
+        self._deadlines.connections.discard(self)
         self._arm("")
         if self._counted:
             self._counted = False
@@ -441,7 +440,7 @@ class LeanIngestProtocol(asyncio.Protocol):
         (and still counts against `connections.maxOpen` until it closes)."""
         transport = self._transport
         assert transport is not None
-        self._connections.discard(self)
+        self._deadlines.connections.discard(self)
         self._arm("")
         self._counted = False  # the open count goes with the connection
         handler = _HandedOver(self._aiohttp_factory(), self._budget)

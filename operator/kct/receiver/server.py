@@ -83,7 +83,6 @@ class ReceiverServer:
         self._runner: web.AppRunner | None = None
         self._lean_server: asyncio.Server | None = None
         self.connection_deadlines = ConnectionDeadlines(config)
-        self._lean_connections = self.connection_deadlines.connections
         self.connection_budget = ConnectionBudget()
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
@@ -334,13 +333,14 @@ class ReceiverServer:
             return
         self._lean_server.close()
         deadline = time.monotonic() + self.config.shutdown.drain_timeout_ms / 1000.0
-        while self._lean_connections and time.monotonic() < deadline:
+        connections = self.connection_deadlines.connections
+        while connections and time.monotonic() < deadline:
             self.connection_deadlines.sweep(time.monotonic())  # its task is cancelled; the timeouts still hold
-            for protocol in list(self._lean_connections):
+            for protocol in list(connections):
                 if protocol.idle:
                     protocol.close()
             await asyncio.sleep(0.05)
-        for protocol in list(self._lean_connections):
+        for protocol in list(connections):
             protocol.close()
 
     async def _reload_tls_forever(self) -> None:
