@@ -175,7 +175,9 @@ class MutualTlsTest {
             // and every offered push was delivered exactly once: none dropped, none failed
             int total = offered.get();
             assertTrue(Waits.until(() -> f.metrics().value("forwarded-total") == total, Waits.EVENT_MS),
-                "forwarded " + f.metrics().value("forwarded-total") + " of " + total);
+                "forwarded " + f.metrics().value("forwarded-total") + " of " + total + ", dropped "
+                    + f.metrics().value("dropped-total") + ", failed " + f.metrics().value("failed-total")
+                    + ", retries " + f.metrics().value("retries-total"));
             assertEquals(0.0, f.metrics().value("dropped-total"));
             assertEquals(0.0, f.metrics().value("failed-total"));
             Set<String> bodies = endpoint.received.stream().map(TlsTestEndpoint.Received::body)
